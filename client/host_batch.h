@@ -1,0 +1,124 @@
+#ifndef STOKER_CLIENT_HOST_BATCH_H_
+#define STOKER_CLIENT_HOST_BATCH_H_
+
+// A batch as the client receives it: uint8 NHWC pixels in host memory plus
+// per-sample labels, indices and keys.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace stoker::client {
+
+// Move-only owner of a byte range. The releaser (if any) runs exactly once,
+// when the buffer is destroyed or reassigned; it is how pooled memory (e.g.
+// pinned slots, see client/pinned_pool.h) goes back to its pool.
+class PixelBuffer {
+ public:
+  using Releaser = std::function<void(uint8_t* data)>;
+
+  PixelBuffer() = default;
+  PixelBuffer(uint8_t* data, size_t size, Releaser release)
+      : data_(data), size_(size), release_(std::move(release)) {}
+  PixelBuffer(PixelBuffer&& other) noexcept { *this = std::move(other); }
+  PixelBuffer& operator=(PixelBuffer&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+      release_ = std::move(other.release_);
+      other.release_ = nullptr;
+    }
+    return *this;
+  }
+  PixelBuffer(const PixelBuffer&) = delete;
+  PixelBuffer& operator=(const PixelBuffer&) = delete;
+  ~PixelBuffer() { Reset(); }
+
+  // Plain heap memory, freed on destruction.
+  static PixelBuffer Allocate(size_t size) {
+    uint8_t* data = new uint8_t[size > 0 ? size : 1];
+    return PixelBuffer(data, size, [](uint8_t* p) { delete[] p; });
+  }
+
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void Reset() {
+    if (data_ != nullptr && release_) release_(data_);
+    data_ = nullptr;
+    size_ = 0;
+    release_ = nullptr;
+  }
+
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  Releaser release_;
+};
+
+// Where the loader puts received pixels. Implementations must be thread-safe;
+// Allocate may block until memory is free (a bounded pool) and returns
+// CANCELLED if the allocator is shut down while waiting.
+class PixelAllocator {
+ public:
+  virtual ~PixelAllocator() = default;
+  virtual absl::StatusOr<PixelBuffer> Allocate(size_t size) = 0;
+};
+
+// The default allocator: plain heap memory, never blocks.
+class HeapPixelAllocator : public PixelAllocator {
+ public:
+  absl::StatusOr<PixelBuffer> Allocate(size_t size) override {
+    return PixelBuffer::Allocate(size);
+  }
+};
+
+// A sample the server skipped (corrupt, truncated, unlabeled), with why.
+struct SkippedSample {
+  int64_t sample_index = 0;
+  std::string key;
+  std::string shard;
+  std::string reason;
+};
+
+// Server-side time spent on a batch, summed over its samples, in ns.
+struct ServerTimings {
+  int64_t read_ns = 0;
+  int64_t decode_ns = 0;
+  int64_t transform_ns = 0;
+  int64_t assemble_wall_ns = 0;
+};
+
+struct HostBatch {
+  int64_t epoch = 0;
+  int64_t batch_index = 0;
+  // Shape (n, height, width, channels), layout NHWC, dtype uint8.
+  int n = 0;
+  int height = 0;
+  int width = 0;
+  int channels = 0;
+  PixelBuffer pixels;  // n*height*width*channels bytes
+  std::vector<int32_t> labels;          // n entries
+  std::vector<int64_t> sample_indices;  // n entries, global dataset indices
+  std::vector<std::string> keys;        // n entries
+  std::vector<SkippedSample> skipped;   // samples of this batch left out
+  ServerTimings server_timings;
+  // Which server sent it ("host:port").
+  std::string server;
+
+  size_t pixel_bytes() const {
+    return static_cast<size_t>(n) * height * width * channels;
+  }
+};
+
+}  // namespace stoker::client
+
+#endif  // STOKER_CLIENT_HOST_BATCH_H_
