@@ -1,0 +1,112 @@
+#include "common/epoch_plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/random.h"
+
+namespace stoker::common {
+namespace {
+
+absl::Status ValidateParams(const EpochPlanParams& p) {
+  if (p.num_samples <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_samples must be > 0, got ", p.num_samples));
+  }
+  if (p.batch_size < 1 || p.batch_size > kMaxBatchSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size must be in [1, ", kMaxBatchSize, "], got ", p.batch_size));
+  }
+  if (p.world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size must be >= 1, got ", p.world_size));
+  }
+  if (p.rank < 0 || p.rank >= p.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank must be in [0, world_size) = [0, ", p.world_size,
+                     "), got ", p.rank));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<EpochPlan> EpochPlan::Create(const EpochPlanParams& params) {
+  if (absl::Status s = ValidateParams(params); !s.ok()) return s;
+  return EpochPlan(params, std::make_shared<const std::vector<int64_t>>(
+                               GlobalOrder(params.num_samples, params.seed,
+                                           params.epoch, params.shuffle)));
+}
+
+absl::StatusOr<EpochPlan> EpochPlan::Create(
+    const EpochPlanParams& params,
+    std::shared_ptr<const std::vector<int64_t>> global_order) {
+  if (absl::Status s = ValidateParams(params); !s.ok()) return s;
+  if (global_order == nullptr) {
+    return absl::InvalidArgumentError("global_order must not be null");
+  }
+  if (static_cast<int64_t>(global_order->size()) != params.num_samples) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("global_order has ", global_order->size(),
+                     " entries, expected num_samples = ", params.num_samples));
+  }
+  return EpochPlan(params, std::move(global_order));
+}
+
+std::vector<int64_t> EpochPlan::GlobalOrder(int64_t num_samples, uint64_t seed,
+                                            int64_t epoch, bool shuffle) {
+  if (num_samples <= 0) return {};
+  std::vector<int64_t> order(num_samples);
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (!shuffle) return order;
+  CounterRng rng(HashCombine(seed, static_cast<uint64_t>(epoch)));
+  for (int64_t i = num_samples - 1; i > 0; --i) {
+    std::swap(order[i], order[rng.UniformInt(0, i + 1)]);
+  }
+  return order;
+}
+
+EpochPlan::EpochPlan(const EpochPlanParams& params,
+                     std::shared_ptr<const std::vector<int64_t>> order)
+    : params_(params), order_(std::move(order)) {
+  // ceil(N / W) without overflowing for N near INT64_MAX.
+  samples_per_rank_ = (params_.num_samples - 1) / params_.world_size + 1;
+  const int64_t b = params_.batch_size;
+  num_batches_ = params_.drop_last ? samples_per_rank_ / b
+                                   : (samples_per_rank_ - 1) / b + 1;
+}
+
+int64_t EpochPlan::BatchSize(int64_t b) const {
+  if (b < 0 || b >= num_batches_) return 0;
+  return std::min<int64_t>(params_.batch_size,
+                           samples_per_rank_ - b * params_.batch_size);
+}
+
+std::vector<int64_t> EpochPlan::BatchSamples(int64_t b) const {
+  std::vector<int64_t> out;
+  BatchSamples(b, &out);
+  return out;
+}
+
+void EpochPlan::BatchSamples(int64_t b, std::vector<int64_t>* out) const {
+  out->clear();
+  const int64_t size = BatchSize(b);
+  out->reserve(size);
+  const std::vector<int64_t>& order = *order_;
+  const int64_t n = params_.num_samples;
+  const int64_t w = params_.world_size;
+  // Position in the padded order of this batch's first entry.
+  int64_t pos = params_.rank + b * params_.batch_size * w;
+  for (int64_t k = 0; k < size; ++k, pos += w) {
+    out->push_back(order[pos % n]);
+  }
+}
+
+}  // namespace stoker::common

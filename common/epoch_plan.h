@@ -1,0 +1,110 @@
+#ifndef STOKER_COMMON_EPOCH_PLAN_H_
+#define STOKER_COMMON_EPOCH_PLAN_H_
+
+// Which dataset samples form each batch of one rank in one epoch.
+//
+// The plan is a pure function of EpochPlanParams, so clients and any server
+// agree on it without talking. Semantics match PyTorch's
+// DistributedSampler(shuffle, seed, drop_last=False) feeding
+// DataLoader(batch_size, drop_last):
+//   1. The global order is a permutation of [0, num_samples) (GlobalOrder).
+//   2. It is padded to total = ceil(N / W) * W entries by repeating its own
+//      beginning, cyclically when W > N: padded[p] = order[p % N].
+//   3. Rank r takes positions r, r + W, r + 2W, ...: samples_per_rank =
+//      total / W entries, the same on every rank.
+//   4. Those are cut into batches of batch_size; the last partial batch is
+//      kept unless drop_last.
+// So every rank has the same number of batches, and with world_size == 1 every
+// sample appears exactly once per epoch. The orders themselves differ from
+// PyTorch's (we use our own generator, common/random.h).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace stoker::common {
+
+// Largest accepted batch size.
+constexpr int kMaxBatchSize = 65536;
+
+struct EpochPlanParams {
+  // Samples in the dataset; must be > 0.
+  int64_t num_samples = 0;
+  // Seed of the shuffle (and, elsewhere, of augmentation).
+  uint64_t seed = 0;
+  // Epoch number; any value, each gives its own order.
+  int64_t epoch = 0;
+  // This consumer's rank, 0 <= rank < world_size.
+  int rank = 0;
+  // Number of ranks sharing the epoch; >= 1.
+  int world_size = 1;
+  // Samples per batch, 1..kMaxBatchSize.
+  int batch_size = 1;
+  // Shuffle the global order; if false it is 0, 1, ..., N-1.
+  bool shuffle = true;
+  // Drop this rank's last batch when it is partial.
+  bool drop_last = false;
+};
+
+// An immutable plan. Cheap to copy: copies share the global order. Thread-safe
+// (all methods are const and the shared order is never modified).
+class EpochPlan {
+ public:
+  // Validates `params` and computes the global order (O(num_samples) time and
+  // 8 * num_samples bytes). Errors: InvalidArgument naming the field for
+  // num_samples <= 0, batch_size outside [1, kMaxBatchSize], world_size < 1,
+  // or rank outside [0, world_size).
+  static absl::StatusOr<EpochPlan> Create(const EpochPlanParams& params);
+
+  // Same, but shares a precomputed (e.g. cached) global order, which must be
+  // GlobalOrder(num_samples, seed, epoch, shuffle) for the plan to mean what
+  // it says; only its size is checked. Errors: as above, plus InvalidArgument
+  // for a null order or one whose size is not num_samples.
+  static absl::StatusOr<EpochPlan> Create(
+      const EpochPlanParams& params,
+      std::shared_ptr<const std::vector<int64_t>> global_order);
+
+  // The epoch's order of all samples before padding and sharding: the
+  // identity if !shuffle, else a Fisher-Yates shuffle (i from N-1 down to 1,
+  // swap with UniformInt(0, i + 1)) driven by CounterRng(HashCombine(seed,
+  // epoch)). Returns an empty vector for num_samples <= 0.
+  static std::vector<int64_t> GlobalOrder(int64_t num_samples, uint64_t seed,
+                                          int64_t epoch, bool shuffle);
+
+  const EpochPlanParams& params() const { return params_; }
+  int batch_size() const { return params_.batch_size; }
+
+  // ceil(num_samples / world_size): entries this rank takes, padding
+  // included.
+  int64_t samples_per_rank() const { return samples_per_rank_; }
+
+  // Batches of this rank. May be 0 when drop_last and samples_per_rank <
+  // batch_size.
+  int64_t num_batches() const { return num_batches_; }
+
+  // Samples in batch b: batch_size, except a last partial batch. 0 if b is
+  // outside [0, num_batches).
+  int64_t BatchSize(int64_t b) const;
+
+  // Global sample indices of batch b, in order (padding repeats indices).
+  // Empty if b is outside [0, num_batches).
+  std::vector<int64_t> BatchSamples(int64_t b) const;
+
+  // Same, into *out (cleared first), reusing its capacity.
+  void BatchSamples(int64_t b, std::vector<int64_t>* out) const;
+
+ private:
+  EpochPlan(const EpochPlanParams& params,
+            std::shared_ptr<const std::vector<int64_t>> order);
+
+  EpochPlanParams params_;
+  std::shared_ptr<const std::vector<int64_t>> order_;
+  int64_t samples_per_rank_;
+  int64_t num_batches_;
+};
+
+}  // namespace stoker::common
+
+#endif  // STOKER_COMMON_EPOCH_PLAN_H_

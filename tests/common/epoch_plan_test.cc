@@ -1,0 +1,283 @@
+#include "common/epoch_plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace stoker::common {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class EpochPlanTest : public ::testing::Test {
+ protected:
+  static EpochPlanParams Params(int64_t num_samples, int world_size,
+                                int batch_size) {
+    EpochPlanParams p;
+    p.num_samples = num_samples;
+    p.seed = 17;
+    p.epoch = 3;
+    p.rank = 0;
+    p.world_size = world_size;
+    p.batch_size = batch_size;
+    p.shuffle = true;
+    p.drop_last = false;
+    return p;
+  }
+
+  static EpochPlan MustCreate(const EpochPlanParams& p) {
+    absl::StatusOr<EpochPlan> plan = EpochPlan::Create(p);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return *std::move(plan);
+  }
+
+  // All batches of one rank, concatenated.
+  static std::vector<int64_t> RankSamples(const EpochPlan& plan) {
+    std::vector<int64_t> all;
+    for (int64_t b = 0; b < plan.num_batches(); ++b) {
+      std::vector<int64_t> batch = plan.BatchSamples(b);
+      EXPECT_EQ(static_cast<int64_t>(batch.size()), plan.BatchSize(b));
+      all.insert(all.end(), batch.begin(), batch.end());
+    }
+    return all;
+  }
+
+  static std::vector<std::vector<int64_t>> AllBatches(const EpochPlan& plan) {
+    std::vector<std::vector<int64_t>> out;
+    for (int64_t b = 0; b < plan.num_batches(); ++b) {
+      out.push_back(plan.BatchSamples(b));
+    }
+    return out;
+  }
+};
+
+TEST_F(EpochPlanTest, SingleRankCoversEverySampleExactlyOnce) {
+  const EpochPlan plan = MustCreate(Params(1000, 1, 64));
+  EXPECT_EQ(plan.samples_per_rank(), 1000);
+  EXPECT_EQ(plan.num_batches(), 16);
+  EXPECT_EQ(plan.BatchSize(0), 64);
+  EXPECT_EQ(plan.BatchSize(15), 1000 - 15 * 64);
+  std::vector<int64_t> all = RankSamples(plan);
+  ASSERT_EQ(all.size(), 1000u);
+  std::vector<int> seen(1000, 0);
+  for (int64_t s : all) {
+    ASSERT_GE(s, 0);
+    ASSERT_LT(s, 1000);
+    ++seen[s];
+  }
+  for (int count : seen) EXPECT_EQ(count, 1);
+}
+
+TEST_F(EpochPlanTest, UnevenWorldSizeGivesEqualBatchCountsAndMinimalPadding) {
+  constexpr int64_t kN = 1001;
+  constexpr int kW = 3;
+  const int64_t total = (kN + kW - 1) / kW * kW;  // 1002
+  std::map<int64_t, int> counts;
+  int64_t entries = 0;
+  for (int r = 0; r < kW; ++r) {
+    EpochPlanParams p = Params(kN, kW, 32);
+    p.rank = r;
+    const EpochPlan plan = MustCreate(p);
+    EXPECT_EQ(plan.samples_per_rank(), total / kW);
+    EXPECT_EQ(plan.num_batches(), 11);  // ceil(334 / 32)
+    for (int64_t s : RankSamples(plan)) {
+      ++counts[s];
+      ++entries;
+    }
+  }
+  EXPECT_EQ(entries, total);
+  EXPECT_EQ(counts.size(), static_cast<size_t>(kN));
+  int64_t duplicates = 0;
+  for (const auto& [sample, count] : counts) {
+    EXPECT_GE(sample, 0);
+    EXPECT_LT(sample, kN);
+    EXPECT_LE(count, 2);
+    duplicates += count - 1;
+  }
+  EXPECT_EQ(duplicates, total - kN);
+}
+
+// Expected values printed by PyTorch 1.13:
+// list(BatchSampler(DistributedSampler(range(7), num_replicas=W, rank=r,
+// shuffle=False), 2, drop_last)).
+TEST_F(EpochPlanTest, MatchesPyTorchDistributedSamplerWithoutShuffle) {
+  EpochPlanParams p = Params(7, 3, 2);
+  p.shuffle = false;
+  const std::vector<std::vector<std::vector<int64_t>>> want = {
+      {{0, 3}, {6}}, {{1, 4}, {0}}, {{2, 5}, {1}}};
+  for (int r = 0; r < 3; ++r) {
+    p.rank = r;
+    EXPECT_EQ(AllBatches(MustCreate(p)), want[r]) << "rank " << r;
+  }
+  p.drop_last = true;
+  for (int r = 0; r < 3; ++r) {
+    p.rank = r;
+    EXPECT_EQ(AllBatches(MustCreate(p)),
+              (std::vector<std::vector<int64_t>>{want[r][0]}))
+        << "rank " << r;
+  }
+}
+
+TEST_F(EpochPlanTest, PadsCyclicallyWhenWorldSizeExceedsSamples) {
+  // PyTorch: 7 samples on 10 ranks give ranks 7, 8, 9 samples 0, 1, 2.
+  EpochPlanParams p = Params(7, 10, 2);
+  p.shuffle = false;
+  const std::vector<int64_t> want = {0, 1, 2, 3, 4, 5, 6, 0, 1, 2};
+  for (int r = 0; r < 10; ++r) {
+    p.rank = r;
+    const EpochPlan plan = MustCreate(p);
+    EXPECT_EQ(plan.num_batches(), 1);
+    EXPECT_THAT(plan.BatchSamples(0), ElementsAre(want[r]));
+  }
+  // Wrapping more than once: 2 samples on 5 ranks.
+  p = Params(2, 5, 1);
+  p.shuffle = false;
+  std::vector<int64_t> got;
+  for (int r = 0; r < 5; ++r) {
+    p.rank = r;
+    got.push_back(MustCreate(p).BatchSamples(0)[0]);
+  }
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 1, 0, 1, 0}));
+}
+
+TEST_F(EpochPlanTest, DropLastDropsOnlyThePartialBatch) {
+  EpochPlanParams p = Params(100, 1, 30);
+  p.drop_last = true;
+  EpochPlan plan = MustCreate(p);
+  EXPECT_EQ(plan.num_batches(), 3);
+  for (int64_t b = 0; b < 3; ++b) EXPECT_EQ(plan.BatchSize(b), 30);
+  EXPECT_EQ(plan.BatchSize(3), 0);
+  EXPECT_TRUE(plan.BatchSamples(3).empty());
+
+  p.drop_last = false;
+  plan = MustCreate(p);
+  EXPECT_EQ(plan.num_batches(), 4);
+  EXPECT_EQ(plan.BatchSize(3), 10);
+
+  // Exact multiple: drop_last changes nothing.
+  p = Params(90, 1, 30);
+  p.drop_last = true;
+  EXPECT_EQ(MustCreate(p).num_batches(), 3);
+
+  // Fewer samples than one batch: no batches at all.
+  p = Params(10, 1, 30);
+  p.drop_last = true;
+  EXPECT_EQ(MustCreate(p).num_batches(), 0);
+}
+
+TEST_F(EpochPlanTest, OutOfRangeBatchIsEmpty) {
+  const EpochPlan plan = MustCreate(Params(10, 1, 4));
+  EXPECT_EQ(plan.BatchSize(-1), 0);
+  EXPECT_TRUE(plan.BatchSamples(-1).empty());
+  EXPECT_TRUE(plan.BatchSamples(plan.num_batches()).empty());
+}
+
+TEST_F(EpochPlanTest, IsDeterministic) {
+  const EpochPlan a = MustCreate(Params(500, 4, 16));
+  const EpochPlan b = MustCreate(Params(500, 4, 16));
+  EXPECT_EQ(AllBatches(a), AllBatches(b));
+}
+
+TEST_F(EpochPlanTest, GlobalOrderMatchesGoldenValues) {
+  // Computed with an independent Python implementation; pins the shuffle.
+  EXPECT_EQ(EpochPlan::GlobalOrder(10, 1, 0, true),
+            (std::vector<int64_t>{0, 3, 5, 1, 2, 4, 9, 7, 8, 6}));
+  EXPECT_EQ(EpochPlan::GlobalOrder(10, 1, 1, true),
+            (std::vector<int64_t>{8, 2, 0, 3, 9, 1, 7, 4, 5, 6}));
+  EXPECT_EQ(EpochPlan::GlobalOrder(10, 2, 0, true),
+            (std::vector<int64_t>{9, 4, 1, 0, 7, 2, 5, 6, 3, 8}));
+}
+
+TEST_F(EpochPlanTest, SeedAndEpochChangeTheOrder) {
+  const std::vector<int64_t> base = EpochPlan::GlobalOrder(1000, 17, 3, true);
+  EXPECT_NE(base, EpochPlan::GlobalOrder(1000, 18, 3, true));
+  EXPECT_NE(base, EpochPlan::GlobalOrder(1000, 17, 4, true));
+  std::vector<int64_t> sorted = base;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> identity(1000);
+  std::iota(identity.begin(), identity.end(), int64_t{0});
+  EXPECT_EQ(sorted, identity);
+  EXPECT_NE(base, identity);
+
+  EpochPlanParams p = Params(1000, 1, 1000);
+  const std::vector<int64_t> batch = MustCreate(p).BatchSamples(0);
+  p.epoch = 4;
+  EXPECT_NE(batch, MustCreate(p).BatchSamples(0));
+}
+
+TEST_F(EpochPlanTest, NoShuffleIsIdentity) {
+  std::vector<int64_t> identity(50);
+  std::iota(identity.begin(), identity.end(), int64_t{0});
+  EXPECT_EQ(EpochPlan::GlobalOrder(50, 17, 3, false), identity);
+  EpochPlanParams p = Params(50, 1, 50);
+  p.shuffle = false;
+  EXPECT_EQ(MustCreate(p).BatchSamples(0), identity);
+}
+
+TEST_F(EpochPlanTest, SharedOrderIsUsedAndReusingStorageWorks) {
+  auto order = std::make_shared<const std::vector<int64_t>>(
+      std::vector<int64_t>{4, 3, 2, 1, 0});
+  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(Params(5, 1, 2), order);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<int64_t> out = {99, 98, 97, 96};
+  plan->BatchSamples(0, &out);
+  EXPECT_THAT(out, ElementsAre(4, 3));
+  plan->BatchSamples(2, &out);
+  EXPECT_THAT(out, ElementsAre(0));
+
+  const EpochPlan copy = *plan;
+  EXPECT_EQ(AllBatches(copy), AllBatches(*plan));
+}
+
+TEST_F(EpochPlanTest, SharedOrderOfWrongSizeOrNullIsRejected) {
+  auto order = std::make_shared<const std::vector<int64_t>>(
+      std::vector<int64_t>{0, 1, 2});
+  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(Params(5, 1, 2), order);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("global_order"));
+  plan = EpochPlan::Create(Params(5, 1, 2), nullptr);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("global_order"));
+}
+
+TEST_F(EpochPlanTest, InvalidParamsNameTheField) {
+  struct Case {
+    EpochPlanParams params;
+    const char* field;
+  };
+  std::vector<Case> cases;
+  EpochPlanParams p = Params(0, 1, 1);
+  cases.push_back({p, "num_samples"});
+  p = Params(-5, 1, 1);
+  cases.push_back({p, "num_samples"});
+  p = Params(10, 1, 0);
+  cases.push_back({p, "batch_size"});
+  p = Params(10, 1, kMaxBatchSize + 1);
+  cases.push_back({p, "batch_size"});
+  p = Params(10, 0, 1);
+  cases.push_back({p, "world_size"});
+  p = Params(10, 2, 1);
+  p.rank = 2;
+  cases.push_back({p, "rank"});
+  p.rank = -1;
+  cases.push_back({p, "rank"});
+  for (const Case& c : cases) {
+    absl::StatusOr<EpochPlan> plan = EpochPlan::Create(c.params);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.field;
+    EXPECT_THAT(plan.status().message(), HasSubstr(c.field));
+  }
+  // The largest batch size is accepted.
+  EXPECT_TRUE(EpochPlan::Create(Params(10, 1, kMaxBatchSize)).ok());
+}
+
+}  // namespace
+}  // namespace stoker::common
