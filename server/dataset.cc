@@ -1,0 +1,200 @@
+#include "server/dataset.h"
+
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+
+namespace stoker::server {
+namespace {
+
+constexpr uint64_t kFnv64Prime = 0x100000001b3ULL;
+
+uint64_t HashU64(uint64_t value, uint64_t hash) {
+  unsigned char bytes[8];
+  for (int i = 0; i < 8; ++i)
+    bytes[i] = static_cast<unsigned char>(value >> (8 * i));
+  return Fnv1a64(bytes, sizeof(bytes), hash);
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandGlob(
+    const std::string& name, const std::string& pattern) {
+  glob_t matches{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
+  std::vector<std::string> paths;
+  if (rc == 0) {
+    for (size_t i = 0; i < matches.gl_pathc; ++i) {
+      std::string path = matches.gl_pathv[i];
+      struct stat st;
+      if (absl::EndsWith(path, ".tar") && ::stat(path.c_str(), &st) == 0 &&
+          S_ISREG(st.st_mode)) {
+        paths.push_back(std::move(path));
+      }
+    }
+  }
+  ::globfree(&matches);
+  if (rc != 0 && rc != GLOB_NOMATCH) {
+    return absl::UnavailableError(absl::StrCat("dataset '", name,
+                                               "': glob(3) failed on '",
+                                               pattern, "' (code ", rc, ")"));
+  }
+  if (paths.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "dataset '", name, "': no .tar shards match '", pattern, "'"));
+  }
+  // glob(3) sorts by locale collation; the sample order must not depend on
+  // the locale.
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+}  // namespace
+
+uint64_t Fnv1a64(const void* data, size_t size, uint64_t hash) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) {
+    hash ^= bytes[i];
+    hash *= kFnv64Prime;
+  }
+  return hash;
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
+    const std::string& name, const std::string& glob) {
+  if (glob.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", name, "': empty shard glob"));
+  }
+  absl::StatusOr<std::vector<std::string>> paths = ExpandGlob(name, glob);
+  if (!paths.ok()) return paths.status();
+  if (paths->size() >
+      static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", name, "': too many shards"));
+  }
+
+  std::vector<Shard> shards;
+  shards.reserve(paths->size());
+  for (size_t i = 0; i < paths->size(); ++i) {
+    const std::string& path = (*paths)[i];
+    absl::StatusOr<ShardIndex> index =
+        ShardIndex::Build(path, static_cast<int32_t>(i));
+    if (!index.ok()) {
+      return absl::Status(
+          index.status().code(),
+          absl::StrCat("dataset '", name, "': ", index.status().message()));
+    }
+    absl::StatusOr<std::unique_ptr<ShardReader>> reader =
+        ShardReader::Open(path);
+    if (!reader.ok()) {
+      return absl::Status(
+          reader.status().code(),
+          absl::StrCat("dataset '", name, "': ", reader.status().message()));
+    }
+    if (!index->truncation().empty()) {
+      spdlog::warn(
+          "dataset '{}': shard '{}' is damaged; keeping the {} samples indexed "
+          "before the damage: {}",
+          name, path, index->samples().size(), index->truncation());
+    }
+    shards.push_back(Shard{*std::move(index), *std::move(reader), 0});
+  }
+
+  std::unique_ptr<Dataset> dataset(new Dataset(name, std::move(shards)));
+  if (dataset->sample_count() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset '", name, "': the ", dataset->shard_count(),
+        " shards matching '", glob,
+        "' hold no samples (need <key>.jpg/.jpeg/.png with <key>.cls)"));
+  }
+  spdlog::info(
+      "dataset '{}': {} samples ({} defective) in {} shards, {} bytes, "
+      "fingerprint {}",
+      name, dataset->sample_count(), dataset->defective_samples(),
+      dataset->shard_count(), dataset->total_bytes(), dataset->fingerprint());
+  return dataset;
+}
+
+Dataset::Dataset(std::string name, std::vector<Shard> shards)
+    : name_(std::move(name)), shards_([&] {
+        int64_t first = 0;
+        for (Shard& shard : shards) {
+          shard.first_sample = first;
+          first += static_cast<int64_t>(shard.index.samples().size());
+        }
+        return std::move(shards);
+      }()) {
+  uint64_t hash = kFnv64Offset;
+  for (const Shard& shard : shards_) {
+    const int64_t samples = static_cast<int64_t>(shard.index.samples().size());
+    sample_count_ += samples;
+    total_bytes_ += shard.index.file_size();
+    defective_samples_ += shard.index.defective_samples();
+    if (!shard.index.truncation().empty()) ++truncated_shards_;
+    const std::string base = BaseName(shard.index.path());
+    // The NUL keeps "ab"+"c" apart from "a"+"bc".
+    hash = Fnv1a64(base.data(), base.size() + 1, hash);
+    hash = HashU64(static_cast<uint64_t>(shard.index.file_size()), hash);
+    hash = HashU64(static_cast<uint64_t>(samples), hash);
+  }
+  fingerprint_ = absl::StrFormat("%016x", hash);
+}
+
+size_t Dataset::ShardOf(int64_t index) const {
+  // First shard whose first_sample is > index, minus one. Empty shards share
+  // a first_sample with their successor and are skipped by upper_bound.
+  auto it = std::upper_bound(
+      shards_.begin(), shards_.end(), index,
+      [](int64_t i, const Shard& shard) { return i < shard.first_sample; });
+  return static_cast<size_t>(it - shards_.begin()) - 1;
+}
+
+const SampleRecord& Dataset::record(int64_t index) const {
+  if (index < 0 || index >= sample_count_) {
+    spdlog::critical("Dataset::record({}) out of range [0, {})", index,
+                     sample_count_);
+    std::abort();
+  }
+  const Shard& shard = shards_[ShardOf(index)];
+  return shard.index.samples()[index - shard.first_sample];
+}
+
+const std::string& Dataset::shard_path(int32_t shard) const {
+  return shard_index(shard).path();
+}
+
+const ShardIndex& Dataset::shard_index(int32_t shard) const {
+  if (shard < 0 || static_cast<size_t>(shard) >= shards_.size()) {
+    spdlog::critical("Dataset shard {} out of range [0, {})", shard,
+                     shards_.size());
+    std::abort();
+  }
+  return shards_[shard].index;
+}
+
+absl::Status Dataset::Read(int64_t index, std::string* image_bytes,
+                           int32_t* label) const {
+  if (index < 0 || index >= sample_count_) {
+    return absl::OutOfRangeError(absl::StrCat("dataset '", name_, "': sample ",
+                                              index, " is outside [0, ",
+                                              sample_count_, ")"));
+  }
+  const Shard& shard = shards_[ShardOf(index)];
+  return shard.reader->ReadSample(
+      shard.index.samples()[index - shard.first_sample], image_bytes, label);
+}
+
+}  // namespace stoker::server

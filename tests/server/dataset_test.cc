@@ -1,0 +1,257 @@
+#include "server/dataset.h"
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/sample_shards.h"
+
+namespace stoker::server {
+namespace {
+
+using ::stoker::tools::SampleShardsOptions;
+using ::stoker::tools::WriteTarFile;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using ::testing::StartsWith;
+
+class DatasetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    ASSERT_NE(tmp, nullptr);
+    dir_ = absl::StrCat(
+        tmp, "/",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ASSERT_EQ(
+        std::system(absl::StrCat("rm -rf '", dir_, "' && mkdir -p '", dir_, "'")
+                        .c_str()),
+        0);
+  }
+
+  std::string Path(const std::string& name) const {
+    return absl::StrCat(dir_, "/", name);
+  }
+
+  // Small, fast synthetic shards in `sub`.
+  SampleShardsOptions SmallOptions(const std::string& sub) const {
+    SampleShardsOptions options;
+    options.dir = Path(sub);
+    options.num_shards = 3;
+    options.samples_per_shard = 5;
+    options.min_side = 16;
+    options.max_side = 48;
+    options.seed = 7;
+    options.png_fraction = 0.3;
+    return options;
+  }
+
+  std::unique_ptr<Dataset> OpenOrDie(const std::string& glob) {
+    absl::StatusOr<std::unique_ptr<Dataset>> dataset =
+        Dataset::Open("ds", glob);
+    EXPECT_TRUE(dataset.ok()) << dataset.status();
+    return dataset.ok() ? *std::move(dataset) : nullptr;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(DatasetTest, Fnv1a64MatchesReferenceVectors) {
+  EXPECT_EQ(Fnv1a64("", 0), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(Fnv1a64("a", 1), 0xaf63dc4c8601ec8cULL);
+  EXPECT_EQ(Fnv1a64("foobar", 6), 0x85944171f73967e8ULL);
+  // Chaining equals hashing the concatenation.
+  EXPECT_EQ(Fnv1a64("bar", 3, Fnv1a64("foo", 3)), 0x85944171f73967e8ULL);
+}
+
+TEST_F(DatasetTest, ReadsEverySampleAcrossShardsInOrder) {
+  const SampleShardsOptions options = SmallOptions("gen");
+  ASSERT_TRUE(tools::WriteSampleShards(options).ok());
+  std::unique_ptr<Dataset> dataset = OpenOrDie(Path("gen/*.tar"));
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(dataset->name(), "ds");
+  EXPECT_EQ(dataset->shard_count(), 3);
+  EXPECT_EQ(dataset->sample_count(), 15);
+  EXPECT_EQ(dataset->defective_samples(), 0);
+  EXPECT_EQ(dataset->truncated_shards(), 0);
+  int64_t total = 0;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(dataset->shard_path(s), tools::SampleShardPath(options, s));
+    struct stat st;
+    ASSERT_EQ(::stat(dataset->shard_path(s).c_str(), &st), 0);
+    total += st.st_size;
+  }
+  EXPECT_EQ(dataset->total_bytes(), total);
+
+  std::string image;
+  for (int64_t i = 0; i < dataset->sample_count(); ++i) {
+    const int shard = static_cast<int>(i / 5), sample = static_cast<int>(i % 5);
+    const tools::SampleSpec spec =
+        tools::DescribeSample(options, shard, sample);
+    const SampleRecord& record = dataset->record(i);
+    EXPECT_EQ(record.key, spec.key);
+    EXPECT_EQ(record.shard, shard);
+    EXPECT_EQ(record.format, spec.png ? ImageFormat::kPng : ImageFormat::kJpeg);
+    int32_t label = -1;
+    ASSERT_TRUE(dataset->Read(i, &image, &label).ok()) << i;
+    EXPECT_EQ(label, spec.label) << i;
+    absl::StatusOr<std::string> expected =
+        tools::RenderSampleImage(options, shard, sample);
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(image, *expected) << i;
+  }
+}
+
+TEST_F(DatasetTest, OrdersShardsByPathAndSkipsEmptyShards) {
+  // Written out of order; "b.tar" holds no samples.
+  ASSERT_TRUE(
+      WriteTarFile(Path("c.tar"), {{"c0.jpg", "C0"}, {"c0.cls", "20"}}).ok());
+  ASSERT_TRUE(WriteTarFile(Path("b.tar"), {{"readme.txt", "no samples"}}).ok());
+  ASSERT_TRUE(WriteTarFile(Path("a.tar"), {{"a0.jpg", "A0"},
+                                           {"a0.cls", "0"},
+                                           {"a1.jpg", "A1"},
+                                           {"a1.cls", "1"}})
+                  .ok());
+  ASSERT_TRUE(
+      WriteTarFile(Path("d.tar.partial"), {{"d.jpg", "D"}, {"d.cls", "3"}})
+          .ok());
+  std::unique_ptr<Dataset> dataset = OpenOrDie(Path("*"));
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(dataset->shard_count(), 3);  // d.tar.partial is not a .tar.
+  ASSERT_EQ(dataset->sample_count(), 3);
+  EXPECT_EQ(dataset->record(0).key, "a0");
+  EXPECT_EQ(dataset->record(1).key, "a1");
+  EXPECT_EQ(dataset->record(2).key, "c0");
+  EXPECT_EQ(dataset->record(2).shard, 2);
+  EXPECT_EQ(dataset->shard_path(1), Path("b.tar"));
+  std::string image;
+  int32_t label = -1;
+  ASSERT_TRUE(dataset->Read(2, &image, &label).ok());
+  EXPECT_EQ(image, "C0");
+  EXPECT_EQ(label, 20);
+}
+
+TEST_F(DatasetTest, ReadOutsideRangeIsOutOfRange) {
+  ASSERT_TRUE(
+      WriteTarFile(Path("a.tar"), {{"a.jpg", "A"}, {"a.cls", "0"}}).ok());
+  std::unique_ptr<Dataset> dataset = OpenOrDie(Path("*.tar"));
+  ASSERT_NE(dataset, nullptr);
+  std::string image;
+  int32_t label;
+  EXPECT_EQ(dataset->Read(-1, &image, &label).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(dataset->Read(1, &image, &label).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(dataset->Read(0, &image, &label).ok());
+}
+
+TEST_F(DatasetTest, FingerprintIsStableAndTracksShardChanges) {
+  ASSERT_TRUE(tools::WriteSampleShards(SmallOptions("one")).ok());
+  ASSERT_TRUE(tools::WriteSampleShards(SmallOptions("two")).ok());
+  std::unique_ptr<Dataset> first = OpenOrDie(Path("one/*.tar"));
+  std::unique_ptr<Dataset> again = OpenOrDie(Path("one/*.tar"));
+  std::unique_ptr<Dataset> copy = OpenOrDie(Path("two/*.tar"));
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(again, nullptr);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_THAT(first->fingerprint(), MatchesRegex("[0-9a-f]{16}"));
+  EXPECT_EQ(first->fingerprint(), again->fingerprint());
+  EXPECT_EQ(first->fingerprint(), copy->fingerprint());  // Same base names.
+
+  // Rewriting one shard with one more sample changes it.
+  SampleShardsOptions bigger = SmallOptions("two");
+  bigger.samples_per_shard = 6;
+  bigger.num_shards = 1;
+  ASSERT_TRUE(tools::WriteSampleShards(bigger).ok());
+  std::unique_ptr<Dataset> changed = OpenOrDie(Path("two/*.tar"));
+  ASSERT_NE(changed, nullptr);
+  EXPECT_EQ(changed->sample_count(), 16);
+  EXPECT_NE(changed->fingerprint(), first->fingerprint());
+
+  // So does renaming a shard.
+  ASSERT_EQ(std::rename(Path("one/sample-000002.tar").c_str(),
+                        Path("one/sample-000009.tar").c_str()),
+            0);
+  std::unique_ptr<Dataset> renamed = OpenOrDie(Path("one/*.tar"));
+  ASSERT_NE(renamed, nullptr);
+  EXPECT_NE(renamed->fingerprint(), first->fingerprint());
+}
+
+TEST_F(DatasetTest, KeepsTruncatedShardAndFailsOnlyItsDamagedSamples) {
+  const SampleShardsOptions options = SmallOptions("gen");
+  ASSERT_TRUE(tools::WriteSampleShards(options).ok());
+  const std::string victim = tools::SampleShardPath(options, 1);
+  {
+    absl::StatusOr<ShardIndex> index = ShardIndex::Build(victim, 1);
+    ASSERT_TRUE(index.ok());
+    // Cut inside the fourth sample's image: samples 3 and 4 of shard 1 go.
+    const SampleRecord& fourth = index->samples()[3];
+    ASSERT_TRUE(
+        tools::TruncateFile(victim, fourth.image_offset + fourth.image_size / 2)
+            .ok());
+  }
+  std::unique_ptr<Dataset> dataset = OpenOrDie(Path("gen/*.tar"));
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(dataset->truncated_shards(), 1);
+  // Sample 3 of shard 1 is kept as defective; sample 4 was never indexed.
+  EXPECT_EQ(dataset->sample_count(), 14);
+  EXPECT_EQ(dataset->defective_samples(), 1);
+  EXPECT_EQ(dataset->record(9).key, "sample0002_00000");
+
+  std::string image;
+  int32_t label = -1;
+  EXPECT_TRUE(dataset->Read(7, &image, &label).ok());
+  const absl::Status status = dataset->Read(8, &image, &label);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("'sample0001_00003'"));
+  EXPECT_THAT(status.message(), HasSubstr(victim));
+  EXPECT_TRUE(dataset->Read(9, &image, &label).ok());
+}
+
+TEST_F(DatasetTest, GlobMatchingNothingIsNotFound) {
+  absl::StatusOr<std::unique_ptr<Dataset>> dataset =
+      Dataset::Open("imagenet", Path("none-*.tar"));
+  EXPECT_EQ(dataset.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(dataset.status().message()),
+              StartsWith("dataset 'imagenet': no .tar shards match"));
+  EXPECT_THAT(dataset.status().message(), HasSubstr(Path("none-*.tar")));
+
+  ASSERT_TRUE(
+      WriteTarFile(Path("shard.zip"), {{"a.jpg", "A"}, {"a.cls", "0"}}).ok());
+  EXPECT_EQ(Dataset::Open("x", Path("*")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Dataset::Open("x", "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DatasetTest, NonTarShardIsDataLoss) {
+  ASSERT_TRUE(
+      WriteTarFile(Path("a.tar"), {{"a.jpg", "A"}, {"a.cls", "0"}}).ok());
+  ASSERT_EQ(
+      std::system(absl::StrCat("head -c 4096 /dev/zero | tr '\\0' 'z' > '",
+                               Path("b.tar"), "'")
+                      .c_str()),
+      0);
+  absl::StatusOr<std::unique_ptr<Dataset>> dataset =
+      Dataset::Open("x", Path("*.tar"));
+  EXPECT_EQ(dataset.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(dataset.status().message(), HasSubstr(Path("b.tar")));
+}
+
+TEST_F(DatasetTest, NoSamplesAtAllIsInvalidArgument) {
+  ASSERT_TRUE(WriteTarFile(Path("a.tar"), {{"a.txt", "text"}}).ok());
+  ASSERT_TRUE(WriteTarFile(Path("b.tar"), {}).ok());
+  absl::StatusOr<std::unique_ptr<Dataset>> dataset =
+      Dataset::Open("x", Path("*.tar"));
+  EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dataset.status().message(), HasSubstr("no samples"));
+}
+
+}  // namespace
+}  // namespace stoker::server
