@@ -1,0 +1,39 @@
+#ifndef STOKER_CLIENT_SERVER_LIST_H_
+#define STOKER_CLIENT_SERVER_LIST_H_
+
+// Parsing and resolving the --servers list: comma-separated entries, each
+// "host:port" (used as is) or "dns:///name:port" (re-resolved periodically;
+// every address the name has is one server, which is what a Kubernetes
+// headless Service gives).
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace stoker::client {
+
+struct ServerSpec {
+  enum class Kind { kStatic, kDns };
+  Kind kind = Kind::kStatic;
+  std::string host;  // host name or address (IPv6 without brackets)
+  int port = 0;
+
+  // "host:port", "[v6]:port" or "dns:///name:port".
+  std::string ToString() const;
+};
+
+// Parses a comma-separated list (whitespace around entries is ignored).
+// INVALID_ARGUMENT naming the entry for a missing or bad port, an empty
+// entry or an unknown scheme.
+absl::StatusOr<std::vector<ServerSpec>> ParseServerList(absl::string_view text);
+
+// The addresses ("ip:port" / "[v6]:port") a DNS spec resolves to now,
+// sorted and deduplicated. A static spec yields itself. UNAVAILABLE if the
+// name does not resolve.
+absl::StatusOr<std::vector<std::string>> Resolve(const ServerSpec& spec);
+
+}  // namespace stoker::client
+
+#endif  // STOKER_CLIENT_SERVER_LIST_H_

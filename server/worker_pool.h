@@ -1,0 +1,89 @@
+#ifndef STOKER_SERVER_WORKER_POOL_H_
+#define STOKER_SERVER_WORKER_POOL_H_
+
+// A fixed set of worker threads shared by every stream of the server, with
+// one task queue per stream. Workers take tasks round robin across the
+// queues that have work, one task per turn, so concurrent streams are served
+// fairly whatever their batch sizes. Queues are bounded by their producers
+// (a stream only enqueues the samples of its in-flight batches).
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace stoker::server {
+
+// Per-thread state handed to every task that thread runs (e.g. a decoder
+// with reusable buffers). Created once per worker by the pool's factory.
+class WorkerContext {
+ public:
+  virtual ~WorkerContext() = default;
+};
+
+class WorkerPool;
+
+// One producer's queue. Push and Close are thread-safe. Tasks of a closed
+// queue that have not started are dropped (destroyed without running).
+class TaskQueue {
+ public:
+  using Task = std::function<void(WorkerContext* context)>;
+
+  ~TaskQueue();
+  void Push(Task task);
+  // Drops pending tasks and refuses new ones. Idempotent.
+  void Close();
+
+ private:
+  friend class WorkerPool;
+  explicit TaskQueue(WorkerPool* pool) : pool_(pool) {}
+
+  WorkerPool* const pool_;
+  // Guarded by pool_->mu_ (one lock domain for the whole scheduler).
+  std::deque<Task> tasks_;
+  bool closed_ = false;
+  bool in_ring_ = false;
+};
+
+class WorkerPool {
+ public:
+  using ContextFactory = std::function<std::unique_ptr<WorkerContext>()>;
+
+  // Starts `num_threads` (>= 1) workers, each with its own context.
+  WorkerPool(int num_threads, const ContextFactory& factory);
+  // Stops and joins the workers.
+  ~WorkerPool();
+
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // A new queue. The pool must outlive it.
+  std::unique_ptr<TaskQueue> NewQueue();
+
+  // Lets running tasks finish, drops queued ones, joins the workers.
+  // Idempotent; Push after Stop drops the task.
+  void Stop();
+
+  int num_threads() const { return static_cast<int>(contexts_.size()); }
+
+ private:
+  friend class TaskQueue;
+  void WorkerLoop(WorkerContext* context);
+
+  absl::Mutex mu_;
+  // Queues with pending tasks, in round-robin order.
+  std::deque<TaskQueue*> ring_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::vector<std::unique_ptr<WorkerContext>> contexts_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace stoker::server
+
+#endif  // STOKER_SERVER_WORKER_POOL_H_
