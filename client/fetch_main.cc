@@ -1,0 +1,248 @@
+// stoker_fetch: streams epochs from Stoker servers and reports throughput.
+// See README.md; `--help` lists the flags.
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/checksum.h"
+#include "client/cursor.h"
+#include "client/loader.h"
+#include "client/server_list.h"
+#include "common/transform_spec.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, servers, "",
+          "Comma-separated host:port and/or dns:///name:port.");
+ABSL_FLAG(std::string, dataset, "", "Dataset name on the servers.");
+ABSL_FLAG(int, batch_size, 256, "Samples per batch.");
+ABSL_FLAG(int, epochs, 1, "Epochs to stream.");
+ABSL_FLAG(int64_t, start_epoch, 0, "First epoch number.");
+ABSL_FLAG(uint64_t, seed, 0, "Seed of the shuffle and augmentations.");
+ABSL_FLAG(std::string, transform,
+          "RandomResizedCrop(224)|RandomHorizontalFlip()",
+          "Transform pipeline, steps separated by '|'.");
+ABSL_FLAG(bool, shuffle, true, "Shuffle the sample order every epoch.");
+ABSL_FLAG(bool, drop_last, false, "Drop each epoch's last partial batch.");
+ABSL_FLAG(int, rank, 0, "This process's rank, 0 <= rank < world_size.");
+ABSL_FLAG(int, world_size, 1, "Number of ranks sharing each epoch.");
+ABSL_FLAG(int, prefetch, 8, "Batches fetched ahead of the consumer.");
+ABSL_FLAG(int, batches_per_request, 4, "Batches per server request.");
+ABSL_FLAG(int, streams_per_server, 2, "Concurrent streams per server.");
+ABSL_FLAG(bool, in_order, true,
+          "Deliver batches in index order (false: as they arrive).");
+ABSL_FLAG(bool, fail_on_bad_sample, false,
+          "Fail on a corrupt or unlabeled sample instead of skipping it.");
+ABSL_FLAG(double, stall_timeout_s, 10,
+          "Seconds without data before a server's stream is reissued.");
+ABSL_FLAG(double, unavailable_deadline_s, 30,
+          "Seconds with every server failing before giving up.");
+ABSL_FLAG(std::string, keys_out, "",
+          "If set, writes '<epoch> <key>' per delivered sample to this file.");
+ABSL_FLAG(int64_t, stop_after_batches, 0,
+          "If > 0, stops after this many batches and prints the resume "
+          "cursor as the last line.");
+ABSL_FLAG(std::string, resume_from, "",
+          "A cursor printed by --stop_after_batches: continue from there.");
+ABSL_FLAG(bool, checksum, false,
+          "Print checksum=<hex> over delivered pixels, labels and sample "
+          "indices (delivery order) before the summary.");
+ABSL_FLAG(double, step_ms, 0,
+          "Simulated training step: wait this long after each batch.");
+ABSL_FLAG(std::string, log_level, "warn",
+          "trace, debug, info, warn, error or off.");
+
+namespace {
+
+using stoker::client::Checksum;
+using stoker::client::Cursor;
+using stoker::client::HostBatch;
+using stoker::client::Loader;
+using stoker::client::LoaderOptions;
+
+absl::StatusOr<LoaderOptions> ReadOptions() {
+  LoaderOptions options;
+  absl::StatusOr<std::vector<stoker::client::ServerSpec>> servers =
+      stoker::client::ParseServerList(absl::GetFlag(FLAGS_servers));
+  if (!servers.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--servers: ", servers.status().message()));
+  }
+  options.servers = *std::move(servers);
+  options.dataset = absl::GetFlag(FLAGS_dataset);
+  if (options.dataset.empty()) {
+    return absl::InvalidArgumentError("--dataset is required");
+  }
+  absl::StatusOr<stoker::v1::TransformPipeline> transform =
+      stoker::common::ParseTransform(absl::GetFlag(FLAGS_transform));
+  if (!transform.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transform: ", transform.status().message()));
+  }
+  if (absl::Status s = stoker::common::ValidatePipeline(*transform); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transform: ", s.message()));
+  }
+  options.transform = *std::move(transform);
+  options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.shuffle = absl::GetFlag(FLAGS_shuffle);
+  options.drop_last = absl::GetFlag(FLAGS_drop_last);
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.prefetch_batches = absl::GetFlag(FLAGS_prefetch);
+  options.batches_per_request = absl::GetFlag(FLAGS_batches_per_request);
+  options.streams_per_server = absl::GetFlag(FLAGS_streams_per_server);
+  options.in_order = absl::GetFlag(FLAGS_in_order);
+  options.fail_on_bad_sample = absl::GetFlag(FLAGS_fail_on_bad_sample);
+  const double stall = absl::GetFlag(FLAGS_stall_timeout_s);
+  const double deadline = absl::GetFlag(FLAGS_unavailable_deadline_s);
+  if (!(stall > 0) || !(deadline > 0)) {
+    return absl::InvalidArgumentError(
+        "--stall_timeout_s and --unavailable_deadline_s must be > 0");
+  }
+  options.stall_timeout = absl::Seconds(stall);
+  options.unavailable_deadline = absl::Seconds(deadline);
+  if (absl::GetFlag(FLAGS_epochs) < 1) {
+    return absl::InvalidArgumentError("--epochs must be >= 1");
+  }
+  if (absl::GetFlag(FLAGS_start_epoch) < 0) {
+    return absl::InvalidArgumentError("--start_epoch must be >= 0");
+  }
+  if (absl::GetFlag(FLAGS_stop_after_batches) < 0) {
+    return absl::InvalidArgumentError("--stop_after_batches must be >= 0");
+  }
+  return options;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "stoker_fetch: %s\n", status.ToString().c_str());
+  return absl::IsInvalidArgument(status) ? 2 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Streams epochs from Stoker servers and prints throughput.\n"
+      "Example: stoker_fetch --servers=localhost:50051 --dataset=train "
+      "--epochs=2");
+  absl::ParseCommandLine(argc, argv);
+  const std::string level = absl::GetFlag(FLAGS_log_level);
+  spdlog::set_level(spdlog::level::from_str(level));
+
+  absl::StatusOr<LoaderOptions> options = ReadOptions();
+  if (!options.ok()) return Fail(options.status());
+  std::unique_ptr<std::ofstream> keys_out;
+  if (!absl::GetFlag(FLAGS_keys_out).empty()) {
+    keys_out = std::make_unique<std::ofstream>(absl::GetFlag(FLAGS_keys_out));
+    if (!*keys_out) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--keys_out: cannot write ", absl::GetFlag(FLAGS_keys_out))));
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<Loader>> created = Loader::Create(*options);
+  if (!created.ok()) return Fail(created.status());
+  Loader& loader = **created;
+
+  int64_t epoch = absl::GetFlag(FLAGS_start_epoch);
+  int64_t last_epoch = epoch + absl::GetFlag(FLAGS_epochs) - 1;
+  std::optional<Cursor> resume;
+  if (!absl::GetFlag(FLAGS_resume_from).empty()) {
+    absl::StatusOr<Cursor> cursor =
+        Cursor::Parse(absl::GetFlag(FLAGS_resume_from));
+    if (!cursor.ok()) return Fail(cursor.status());
+    resume = *cursor;
+    epoch = cursor->epoch;
+    last_epoch = std::max(last_epoch, epoch);
+  }
+
+  const double step_ms = absl::GetFlag(FLAGS_step_ms);
+  if (!(step_ms >= 0)) {
+    return Fail(absl::InvalidArgumentError("--step_ms must be >= 0"));
+  }
+  const absl::Duration step = absl::Milliseconds(step_ms);
+  Checksum checksum;
+  const int64_t stop_after = absl::GetFlag(FLAGS_stop_after_batches);
+  int64_t images = 0, batches = 0, bytes = 0;
+  bool stopped_early = false;
+  const absl::Time start = absl::Now();
+  for (; epoch <= last_epoch && !stopped_early; ++epoch) {
+    absl::Status started = resume.has_value() ? loader.Resume(*resume)
+                                              : loader.StartEpoch(epoch);
+    resume.reset();
+    if (!started.ok()) return Fail(started);
+    const absl::Time epoch_start = absl::Now();
+    int64_t epoch_images = 0, epoch_batches = 0, epoch_skipped = 0;
+    while (true) {
+      absl::StatusOr<HostBatch> batch = loader.Next();
+      if (absl::IsOutOfRange(batch.status())) break;
+      if (!batch.ok()) return Fail(batch.status());
+      if (absl::GetFlag(FLAGS_checksum)) checksum.AddBatch(*batch);
+      if (keys_out != nullptr) {
+        for (const std::string& key : batch->keys) {
+          *keys_out << epoch << ' ' << key << '\n';
+        }
+      }
+      for (const auto& s : batch->skipped) {
+        spdlog::warn("server skipped sample '{}' (index {}) in {}: {}", s.key,
+                     s.sample_index, s.shard, s.reason);
+      }
+      if (step > absl::ZeroDuration()) absl::SleepFor(step);
+      epoch_skipped += batch->skipped.size();
+      epoch_images += batch->n;
+      ++epoch_batches;
+      bytes += batch->pixels.size();
+      if (stop_after > 0 && batches + epoch_batches >= stop_after) {
+        stopped_early = true;
+        break;
+      }
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
+    std::printf("epoch=%lld batches=%lld images=%lld skipped=%lld "
+                "seconds=%.3f images_per_s=%.1f\n",
+                static_cast<long long>(epoch),
+                static_cast<long long>(epoch_batches),
+                static_cast<long long>(epoch_images),
+                static_cast<long long>(epoch_skipped), seconds,
+                seconds > 0 ? epoch_images / seconds : 0.0);
+    images += epoch_images;
+    batches += epoch_batches;
+  }
+  if (keys_out != nullptr) keys_out->flush();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  stoker::client::LoaderStats stats = loader.stats();
+  std::printf(
+      "stages: server_read_s=%.3f server_decode_s=%.3f "
+      "server_transform_s=%.3f client_wait_s=%.3f stream_failures=%lld "
+      "reissued_batches=%lld\n",
+      stats.server_read_ns * 1e-9, stats.server_decode_ns * 1e-9,
+      stats.server_transform_ns * 1e-9,
+      absl::ToDoubleSeconds(stats.consumer_wait),
+      static_cast<long long>(stats.stream_failures),
+      static_cast<long long>(stats.reissued_batches));
+  if (absl::GetFlag(FLAGS_checksum)) {
+    std::printf("checksum=%s\n", checksum.Hex().c_str());
+  }
+  std::printf("images=%lld batches=%lld bytes=%lld seconds=%.3f "
+              "images_per_s=%.1f\n",
+              static_cast<long long>(images), static_cast<long long>(batches),
+              static_cast<long long>(bytes), seconds,
+              seconds > 0 ? images / seconds : 0.0);
+  if (stopped_early) {
+    std::printf("cursor=%s\n", loader.cursor().Serialize().c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}

@@ -1,0 +1,231 @@
+#ifndef STOKER_CLIENT_LOADER_H_
+#define STOKER_CLIENT_LOADER_H_
+
+// The client's host loader: pulls the batches of an epoch from many Stoker
+// servers and yields them in batch-index order (or as they arrive), each
+// exactly once.
+//
+// The client owns the plan. An epoch's batches are split into ranges of
+// `batches_per_request`; fetch threads (streams_per_server per server) take
+// the lowest unassigned range inside the prefetch window [next undelivered
+// batch, + prefetch_batches), so faster servers take more ranges. A server
+// that fails, closes its stream early, returns an error or sends nothing for
+// `stall_timeout` is dropped for a back-off period and the unreceived rest of
+// its range goes back to the pool, from the first batch not yet received.
+// A batch index received twice (a slow server finishing after its range was
+// reissued) is dropped, so nothing is delivered twice.
+//
+// Thread-safety: Next() and StartEpoch()/Resume() are for one consumer
+// thread; Cancel(), cursor() and stats() may be called from any thread.
+// The destructor cancels and joins every thread the loader started.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/batch_source.h"
+#include "client/cursor.h"
+#include "client/host_batch.h"
+#include "client/server_list.h"
+#include "proto/stoker.pb.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+}  // namespace grpc
+
+namespace stoker::client {
+
+struct LoaderOptions {
+  // Servers: "host:port" and/or "dns:///name:port" (see server_list.h).
+  // Required.
+  std::vector<ServerSpec> servers;
+  // Dataset name on the servers. Required.
+  std::string dataset;
+  // Transform pipeline (see common/transform_spec.h). Required.
+  v1::TransformPipeline transform;
+  // Samples per batch. Default 256.
+  int batch_size = 256;
+  uint64_t seed = 0;
+  // DistributedSampler-style partition: 0 <= rank < world_size.
+  int rank = 0;
+  int world_size = 1;
+  bool shuffle = true;
+  // Drop this rank's last partial batch.
+  bool drop_last = false;
+  // Fail (DATA_LOSS) on a corrupt or unlabeled sample instead of skipping
+  // it. Skipped samples are always reported in HostBatch::skipped.
+  bool fail_on_bad_sample = false;
+  // Batches requested ahead of the consumer; bounds client memory to about
+  // this many batches. Default 8; >= 1.
+  int prefetch_batches = 8;
+  // Batches per StreamBatches request. Default 4; >= 1.
+  int batches_per_request = 4;
+  // Concurrent streams to each server. Default 2; >= 1.
+  int streams_per_server = 2;
+  // Deliver in batch-index order (default) or as batches arrive.
+  bool in_order = true;
+  // A stream that receives nothing for this long is cancelled and its range
+  // reissued elsewhere. Default 10 s.
+  absl::Duration stall_timeout = absl::Seconds(10);
+  // When every server has been failing for this long, Next() fails with
+  // UNAVAILABLE. Default 30 s.
+  absl::Duration unavailable_deadline = absl::Seconds(30);
+  // Deadline of a GetDatasetInfo call. Default 5 s.
+  absl::Duration info_timeout = absl::Seconds(5);
+  // How often dns:/// names are resolved again. Default 5 s.
+  absl::Duration resolve_interval = absl::Seconds(5);
+  // Back-off after a server failure: doubles per consecutive failure from
+  // `retry_backoff_min` up to `retry_backoff_max`.
+  absl::Duration retry_backoff_min = absl::Milliseconds(100);
+  absl::Duration retry_backoff_max = absl::Seconds(5);
+  // Largest message accepted from a server. Default 1 GiB.
+  int max_message_bytes = 1 << 30;
+  // Where pixels are received; not owned, must outlive the loader. Null:
+  // plain heap memory. A bounded pool needs at least prefetch_batches slots
+  // plus the batches the consumer holds, or fetching waits for the consumer.
+  PixelAllocator* allocator = nullptr;
+  // Turns a server spec into addresses. Null: client::Resolve (DNS). Tests
+  // substitute their own to simulate servers joining and leaving.
+  std::function<absl::StatusOr<std::vector<std::string>>(const ServerSpec&)>
+      resolver;
+};
+
+// Cumulative counters since Create. Server times are summed over samples.
+struct LoaderStats {
+  int64_t batches = 0;
+  int64_t samples = 0;
+  int64_t pixel_bytes = 0;
+  int64_t skipped_samples = 0;
+  // Time the consumer spent blocked in Next().
+  absl::Duration consumer_wait;
+  int64_t server_read_ns = 0;
+  int64_t server_decode_ns = 0;
+  int64_t server_transform_ns = 0;
+  // Stream failures (errors, early ends, stalls) and reissued batches.
+  int64_t stream_failures = 0;
+  int64_t stalls = 0;
+  int64_t reissued_batches = 0;
+  int64_t duplicate_batches_dropped = 0;
+  // Batches received per server address.
+  std::map<std::string, int64_t> batches_by_server;
+};
+
+class Loader : public BatchSource {
+ public:
+  // Validates options, resolves servers and checks that the reachable ones
+  // hold the same dataset (same fingerprint). Errors: INVALID_ARGUMENT for
+  // bad options, NOT_FOUND if the servers lack the dataset,
+  // FAILED_PRECONDITION naming a server whose fingerprint differs,
+  // UNAVAILABLE if no server answers within `unavailable_deadline`.
+  static absl::StatusOr<std::unique_ptr<Loader>> Create(
+      const LoaderOptions& options);
+  ~Loader() override;
+
+  // Batches per epoch for this rank, samples in the dataset, fingerprint.
+  int64_t num_batches() const { return num_batches_; }
+  int64_t dataset_samples() const { return dataset_samples_; }
+  const std::string& fingerprint() const { return fingerprint_; }
+  const std::string& plan_id() const { return plan_id_; }
+
+  // Starts (or restarts) fetching epoch `epoch` from batch `start_batch`.
+  // Abandons the epoch in progress. INVALID_ARGUMENT for a bad start.
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0);
+  // Starts from a cursor taken from a loader with the same plan.
+  // INVALID_ARGUMENT if the cursor belongs to another plan.
+  absl::Status Resume(const Cursor& cursor);
+
+  // The next batch of the current epoch; OUT_OF_RANGE at its end;
+  // FAILED_PRECONDITION before StartEpoch; CANCELLED after Cancel(); the
+  // loader's fatal error otherwise (which also ends the epoch).
+  absl::StatusOr<HostBatch> Next() override;
+  void Cancel() override;
+
+  // Where a loader resumed with Resume(cursor()) would continue.
+  Cursor cursor() const;
+  LoaderStats stats() const;
+
+ private:
+  struct Endpoint;
+  struct ActiveStream;
+  struct Range {
+    int64_t begin;
+    int64_t end;
+    bool operator<(const Range& o) const { return begin < o.begin; }
+  };
+
+  explicit Loader(const LoaderOptions& options);
+  absl::Status Init();
+  absl::StatusOr<v1::GetDatasetInfoResponse> FetchInfo(Endpoint* endpoint);
+  void AddEndpointLocked(const std::string& address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FetchLoop(Endpoint* endpoint);
+  void WatchdogLoop();
+  void ResolveNow();
+  // Streams [range.begin, range.end) from `endpoint`. Returns the first
+  // batch not received (range.end when all were).
+  int64_t RunRange(Endpoint* endpoint, Range range, int64_t generation,
+                   absl::Status* status);
+  bool TakeRangeLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t WindowEndLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ReturnRangeLocked(Range range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkFailureLocked(Endpoint* endpoint, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AllEndpointsFailingLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  v1::StreamBatchesRequest MakeRequest(int64_t epoch, Range range) const;
+
+  absl::StatusOr<std::vector<std::string>> ResolveSpec(
+      const ServerSpec& spec) const;
+
+  const LoaderOptions options_;
+  HeapPixelAllocator heap_allocator_;
+  PixelAllocator* const allocator_;
+  // Set by Init, constant afterwards.
+  int64_t num_batches_ = 0;
+  int64_t dataset_samples_ = 0;
+  std::string fingerprint_;
+  std::string plan_id_;
+
+  mutable absl::Mutex mu_;
+  // Signalled when fetch threads may find work: a new epoch, a moved
+  // window, a returned range, Cancel().
+  absl::CondVar work_cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  std::set<ActiveStream*> active_ ABSL_GUARDED_BY(mu_);
+
+  // Epoch state. `generation_` changes with every StartEpoch so results of
+  // abandoned streams are recognised and dropped.
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Lowest batch not yet delivered.
+  int64_t next_deliver_ ABSL_GUARDED_BY(mu_) = 0;
+  // Batches >= next_deliver_ delivered already (arrival order only).
+  std::set<int64_t> delivered_after_ ABSL_GUARDED_BY(mu_);
+  // Batches received (delivered or waiting), for dropping duplicates.
+  std::vector<bool> received_ ABSL_GUARDED_BY(mu_);
+  std::set<Range> pending_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, HostBatch> ready_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  // Since when every server has been failing (InfiniteFuture if not).
+  absl::Time all_failing_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+
+  LoaderStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace stoker::client
+
+#endif  // STOKER_CLIENT_LOADER_H_

@@ -1,0 +1,259 @@
+#include "server/batch_stream.h"
+
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/augment.h"
+#include "common/random.h"
+#include "spdlog/spdlog.h"
+
+namespace stoker::server {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct BatchStream::Pending {
+  int64_t index = 0;
+  std::vector<int64_t> samples;
+  std::unique_ptr<std::string> pixels;
+  std::vector<int32_t> labels;
+  // Empty status = sample delivered.
+  std::vector<absl::Status> errors;
+  std::atomic<int> remaining{0};
+  std::atomic<int64_t> read_ns{0};
+  std::atomic<int64_t> decode_ns{0};
+  std::atomic<int64_t> transform_ns{0};
+  int64_t scheduled_ns = 0;
+  int64_t done_ns = 0;
+  std::vector<v1::SkippedSample> skipped;
+  bool complete = false;  // guarded by the stream's mu_
+};
+
+std::shared_ptr<BatchStream> BatchStream::Start(
+    BatchStreamSetup setup, const BatchStreamOptions& options,
+    std::function<void()> on_ready) {
+  std::shared_ptr<BatchStream> stream(
+      new BatchStream(std::move(setup), options, std::move(on_ready)));
+  absl::MutexLock lock(&stream->mu_);
+  stream->ScheduleLocked();
+  return stream;
+}
+
+BatchStream::BatchStream(BatchStreamSetup setup,
+                         const BatchStreamOptions& options,
+                         std::function<void()> on_ready)
+    : setup_(std::move(setup)),
+      options_(options),
+      sample_bytes_(static_cast<size_t>(setup_.out_height) * setup_.out_width *
+                    3),
+      queue_(setup_.pool->NewQueue()),
+      on_ready_(std::move(on_ready)),
+      next_to_schedule_(setup_.start_batch) {}
+
+BatchStream::~BatchStream() { queue_->Close(); }
+
+void BatchStream::ScheduleLocked() {
+  while (!cancelled_.load() && error_.ok() &&
+         static_cast<int>(inflight_.size()) <
+             std::max(1, options_.max_inflight_batches) &&
+         next_to_schedule_ < setup_.end_batch) {
+    auto batch = std::make_unique<Pending>();
+    batch->index = next_to_schedule_++;
+    setup_.plan->BatchSamples(batch->index, &batch->samples);
+    const int n = static_cast<int>(batch->samples.size());
+    batch->pixels = std::make_unique<std::string>();
+    batch->pixels->resize(sample_bytes_ * n);
+    batch->labels.assign(n, 0);
+    batch->errors.assign(n, absl::OkStatus());
+    batch->remaining.store(n);
+    batch->scheduled_ns = NowNs();
+    Pending* raw = batch.get();
+    inflight_.push_back(std::move(batch));
+    for (int slot = 0; slot < n; ++slot) {
+      // Tasks hold a strong reference so the stream outlives running work.
+      queue_->Push([self = shared_from_this(), raw, slot](WorkerContext* c) {
+        self->RunSample(c, raw, slot);
+      });
+    }
+  }
+}
+
+void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
+  auto* worker = static_cast<SampleWorker*>(context);
+  const int64_t sample = batch->samples[slot];
+  absl::Status status;
+  if (cancelled_.load()) {
+    status = absl::CancelledError("stream cancelled");
+  } else {
+    int64_t t0 = NowNs();
+    status = setup_.dataset->Read(sample, &worker->image_bytes,
+                                  &batch->labels[slot]);
+    int64_t t1 = NowNs();
+    batch->read_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+    if (status.ok()) {
+      const bool is_jpeg =
+          setup_.dataset->record(sample).format == ImageFormat::kJpeg;
+      absl::StatusOr<ImageInfo> info =
+          worker->processor.ReadInfo(worker->image_bytes, is_jpeg);
+      if (!info.ok()) {
+        status = info.status();
+      } else {
+        common::SampleGeometry geometry = common::PlanSample(
+            setup_.transform, info->width, info->height,
+            common::SampleKey(setup_.seed, setup_.epoch, sample));
+        SampleTimings timings;
+        uint8_t* dst =
+            reinterpret_cast<uint8_t*>(&(*batch->pixels)[0]) +
+            sample_bytes_ * slot;
+        status = worker->processor.Process(worker->image_bytes, is_jpeg,
+                                           geometry, dst, &timings);
+        batch->decode_ns.fetch_add(timings.decode_ns,
+                                   std::memory_order_relaxed);
+        batch->transform_ns.fetch_add(timings.transform_ns,
+                                      std::memory_order_relaxed);
+      }
+    }
+  }
+  batch->errors[slot] = std::move(status);
+  if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    FinishBatch(batch);
+  }
+}
+
+void BatchStream::FinishBatch(Pending* batch) {
+  batch->done_ns = NowNs();
+  // Compact away skipped samples so the payload has no holes.
+  const int n = static_cast<int>(batch->samples.size());
+  std::vector<v1::SkippedSample> skipped;
+  absl::Status fatal;
+  int out = 0;
+  for (int slot = 0; slot < n; ++slot) {
+    const absl::Status& error = batch->errors[slot];
+    if (error.ok()) {
+      if (out != slot) {
+        std::memmove(&(*batch->pixels)[sample_bytes_ * out],
+                     &(*batch->pixels)[sample_bytes_ * slot], sample_bytes_);
+        batch->samples[out] = batch->samples[slot];
+        batch->labels[out] = batch->labels[slot];
+      }
+      ++out;
+      continue;
+    }
+    if (absl::IsCancelled(error)) {
+      fatal = error;
+      continue;
+    }
+    const int64_t sample = batch->samples[slot];
+    const SampleRecord& record = setup_.dataset->record(sample);
+    v1::SkippedSample s;
+    s.set_sample_index(sample);
+    s.set_key(record.key);
+    s.set_shard(setup_.dataset->shard_path(record.shard));
+    s.set_reason(std::string(error.message()));
+    if (setup_.fail_on_bad_sample && fatal.ok()) {
+      fatal = absl::DataLossError(absl::StrCat(
+          "sample '", s.key(), "' (index ", sample, ") in shard ", s.shard(),
+          ": ", s.reason()));
+    }
+    if (setup_.on_skipped) setup_.on_skipped(s);
+    skipped.push_back(std::move(s));
+  }
+  batch->samples.resize(out);
+  batch->labels.resize(out);
+  batch->pixels->resize(sample_bytes_ * out);
+  batch->errors.clear();
+  batch->skipped = std::move(skipped);
+  {
+    absl::MutexLock lock(&mu_);
+    batch->complete = true;
+    if (!fatal.ok() && error_.ok()) error_ = fatal;
+    summary_.set_skipped_samples(summary_.skipped_samples() +
+                                 batch->skipped.size());
+  }
+  Notify();
+}
+
+void BatchStream::Notify() {
+  std::function<void()> callback;
+  {
+    absl::MutexLock lock(&mu_);
+    callback = on_ready_;
+  }
+  if (callback) callback();
+}
+
+BatchStream::Polled BatchStream::Poll() {
+  Polled polled;
+  absl::MutexLock lock(&mu_);
+  if (ended_ || cancelled_.load()) {
+    polled.kind = Polled::Kind::kEnd;
+    return polled;
+  }
+  if (!error_.ok()) {
+    ended_ = true;
+    polled.kind = Polled::Kind::kError;
+    polled.error = error_;
+    return polled;
+  }
+  if (!inflight_.empty()) {
+    if (!inflight_.front()->complete) return polled;
+    std::unique_ptr<Pending> batch = std::move(inflight_.front());
+    inflight_.pop_front();
+    v1::Batch& header = polled.batch.header;
+    const int n = static_cast<int>(batch->samples.size());
+    header.set_batch_index(batch->index);
+    header.add_shape(n);
+    header.add_shape(setup_.out_height);
+    header.add_shape(setup_.out_width);
+    header.add_shape(3);
+    header.set_dtype(v1::DTYPE_UINT8);
+    header.set_layout(v1::LAYOUT_NHWC);
+    header.mutable_labels()->Add(batch->labels.begin(), batch->labels.end());
+    header.mutable_sample_indices()->Add(batch->samples.begin(),
+                                         batch->samples.end());
+    for (int64_t sample : batch->samples) {
+      header.add_keys(setup_.dataset->record(sample).key);
+    }
+    for (v1::SkippedSample& s : batch->skipped) {
+      *header.add_skipped() = std::move(s);
+    }
+    v1::StageTimings* t = header.mutable_timings();
+    t->set_read_ns(batch->read_ns.load());
+    t->set_decode_ns(batch->decode_ns.load());
+    t->set_transform_ns(batch->transform_ns.load());
+    t->set_assemble_wall_ns(batch->done_ns - batch->scheduled_ns);
+    polled.batch.pixels = std::move(batch->pixels);
+    summary_.set_batches(summary_.batches() + 1);
+    summary_.set_samples(summary_.samples() + n);
+    polled.kind = Polled::Kind::kBatch;
+    ScheduleLocked();
+    return polled;
+  }
+  if (next_to_schedule_ >= setup_.end_batch) {
+    ended_ = true;
+    polled.kind = Polled::Kind::kSummary;
+    polled.summary = summary_;
+  }
+  return polled;
+}
+
+void BatchStream::Cancel() {
+  // Closing the queue may drop the last task holding this stream.
+  std::shared_ptr<BatchStream> self = shared_from_this();
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_.store(true);
+    on_ready_ = nullptr;
+  }
+  queue_->Close();
+}
+
+}  // namespace stoker::server

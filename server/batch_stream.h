@@ -1,0 +1,136 @@
+#ifndef STOKER_SERVER_BATCH_STREAM_H_
+#define STOKER_SERVER_BATCH_STREAM_H_
+
+// One StreamBatches call, without any gRPC: produces batches
+// [start_batch, end_batch) of an epoch plan in order, then a summary.
+//
+// Samples are decoded and transformed by the shared WorkerPool straight into
+// the batch's contiguous pixel buffer. At most `max_inflight_batches` batches
+// are being assembled or waiting to be taken, so a consumer that stops taking
+// (a slow client) stops this stream's work and nobody else's.
+//
+// Thread-safety: all methods are thread-safe. `on_ready` is called from
+// worker threads, without any lock of the stream held, whenever Poll() may
+// have something new; it must be cheap, must not call Cancel() from inside,
+// and must stay safe to call for a moment after Cancel() returns (a call may
+// already be under way).
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/epoch_plan.h"
+#include "proto/stoker.pb.h"
+#include "server/dataset.h"
+#include "server/sample_processor.h"
+#include "server/worker_pool.h"
+
+namespace stoker::server {
+
+// Per-worker-thread state for sample tasks: a decoder/resampler with reusable
+// buffers and a reusable read buffer.
+class SampleWorker : public WorkerContext {
+ public:
+  explicit SampleWorker(const SampleProcessorOptions& options)
+      : processor(options) {}
+  SampleProcessor processor;
+  std::string image_bytes;
+};
+
+struct BatchStreamOptions {
+  // Batches being assembled or ready but not yet taken. Default 2; >= 1.
+  int max_inflight_batches = 2;
+};
+
+// Everything a stream needs; the caller (DataService) validated it.
+struct BatchStreamSetup {
+  const Dataset* dataset = nullptr;  // not owned; outlives the stream
+  WorkerPool* pool = nullptr;        // not owned; outlives the stream
+  std::optional<common::EpochPlan> plan;  // set (no default constructor)
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  v1::TransformPipeline transform;
+  int out_height = 0;
+  int out_width = 0;
+  int64_t start_batch = 0;
+  int64_t end_batch = 0;  // exclusive, <= plan.num_batches()
+  bool fail_on_bad_sample = false;
+  // Called with every sample the stream skips (for server-wide counters and
+  // logging). May be empty.
+  std::function<void(const v1::SkippedSample&)> on_skipped;
+};
+
+// A finished batch: the header (every Batch field but pixels) and the pixel
+// bytes, which the transport may send without copying.
+struct ReadyBatch {
+  v1::Batch header;
+  std::unique_ptr<std::string> pixels;
+};
+
+class BatchStream : public std::enable_shared_from_this<BatchStream> {
+ public:
+  // Creates the stream and schedules its first batches.
+  static std::shared_ptr<BatchStream> Start(BatchStreamSetup setup,
+                                            const BatchStreamOptions& options,
+                                            std::function<void()> on_ready);
+  ~BatchStream();
+
+  struct Polled {
+    enum class Kind {
+      kNotReady,  // nothing yet; on_ready will be called
+      kBatch,     // `batch` is the next batch in order
+      kSummary,   // all batches were taken; `summary` is the last message
+      kError,     // the stream failed with `error`; nothing follows
+      kEnd,       // summary or error was already returned
+    };
+    Kind kind = Kind::kNotReady;
+    ReadyBatch batch;
+    v1::StreamSummary summary;
+    absl::Status error;
+  };
+
+  // Non-blocking. Taking a batch frees its slot and schedules another batch.
+  Polled Poll();
+
+  // Stops scheduling, drops queued samples and makes Poll() return kEnd.
+  // Idempotent. Work already running finishes in the background; the stream
+  // object lives until then (tasks hold a reference).
+  void Cancel();
+
+ private:
+  struct Pending;
+
+  BatchStream(BatchStreamSetup setup, const BatchStreamOptions& options,
+              std::function<void()> on_ready);
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunSample(WorkerContext* context, Pending* batch, int slot);
+  void FinishBatch(Pending* batch);
+  void Notify();
+
+  const BatchStreamSetup setup_;
+  const BatchStreamOptions options_;
+  const size_t sample_bytes_;
+  std::unique_ptr<TaskQueue> queue_;
+  std::atomic<bool> cancelled_{false};
+
+  absl::Mutex mu_;
+  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Pending>> inflight_ ABSL_GUARDED_BY(mu_);
+  int64_t next_to_schedule_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  v1::StreamSummary summary_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace stoker::server
+
+#endif  // STOKER_SERVER_BATCH_STREAM_H_

@@ -1,0 +1,233 @@
+#include "server/data_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/transform_spec.h"
+#include "spdlog/spdlog.h"
+
+namespace stoker::server {
+
+absl::StatusOr<std::unique_ptr<DataService>> DataService::Create(
+    const DataServiceOptions& options,
+    std::vector<std::unique_ptr<Dataset>> datasets) {
+  if (options.worker_threads < 1) {
+    return absl::InvalidArgumentError("worker_threads must be >= 1");
+  }
+  if (options.max_streams < 1) {
+    return absl::InvalidArgumentError("max_streams must be >= 1");
+  }
+  if (options.max_batch_bytes < 1) {
+    return absl::InvalidArgumentError("max_batch_bytes must be >= 1");
+  }
+  if (options.stream.max_inflight_batches < 1) {
+    return absl::InvalidArgumentError("max_inflight_batches must be >= 1");
+  }
+  std::map<std::string, int> seen;
+  for (const auto& d : datasets) {
+    if (++seen[d->name()] > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset '", d->name(), "' is given twice"));
+    }
+  }
+  return std::unique_ptr<DataService>(
+      new DataService(options, std::move(datasets)));
+}
+
+namespace {
+std::map<std::string, std::unique_ptr<Dataset>> ByName(
+    std::vector<std::unique_ptr<Dataset>> datasets) {
+  std::map<std::string, std::unique_ptr<Dataset>> out;
+  for (auto& d : datasets) {
+    std::string name = d->name();
+    out.emplace(std::move(name), std::move(d));
+  }
+  return out;
+}
+}  // namespace
+
+DataService::DataService(const DataServiceOptions& options,
+                         std::vector<std::unique_ptr<Dataset>> datasets)
+    : options_(options), datasets_(ByName(std::move(datasets))) {
+  SampleProcessorOptions processor = options.processor;
+  pool_ = std::make_unique<WorkerPool>(options.worker_threads, [processor] {
+    return std::make_unique<SampleWorker>(processor);
+  });
+}
+
+DataService::~DataService() { Stop(); }
+
+void DataService::Stop() { pool_->Stop(); }
+
+absl::StatusOr<const Dataset*> DataService::FindDataset(
+    const std::string& name) const {
+  auto it = datasets_.find(name);
+  if (it != datasets_.end()) return it->second.get();
+  std::vector<std::string> names;
+  for (const auto& [n, d] : datasets_) names.push_back(n);
+  return absl::NotFoundError(absl::StrCat("unknown dataset '", name,
+                                          "'; this server has: ",
+                                          absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<v1::GetDatasetInfoResponse> DataService::GetDatasetInfo(
+    const v1::GetDatasetInfoRequest& request) const {
+  absl::StatusOr<const Dataset*> dataset = FindDataset(request.dataset());
+  if (!dataset.ok()) return dataset.status();
+  v1::GetDatasetInfoResponse response;
+  response.set_dataset((*dataset)->name());
+  response.set_sample_count((*dataset)->sample_count());
+  response.set_shard_count((*dataset)->shard_count());
+  response.set_fingerprint((*dataset)->fingerprint());
+  response.set_total_bytes((*dataset)->total_bytes());
+  return response;
+}
+
+std::shared_ptr<const std::vector<int64_t>> DataService::GlobalOrder(
+    const Dataset& dataset, uint64_t seed, int64_t epoch, bool shuffle) {
+  const std::string key = absl::StrCat(dataset.name(), "/", seed, "/", epoch,
+                                       "/", shuffle ? 1 : 0);
+  {
+    absl::MutexLock lock(&cache_mu_);
+    for (auto it = order_cache_.begin(); it != order_cache_.end(); ++it) {
+      if (it->first == key) {
+        order_cache_.splice(order_cache_.begin(), order_cache_, it);
+        return it->second;
+      }
+    }
+  }
+  // Computed outside the lock: a shuffle of a large dataset takes a while.
+  auto order = std::make_shared<const std::vector<int64_t>>(
+      common::EpochPlan::GlobalOrder(dataset.sample_count(), seed, epoch,
+                                     shuffle));
+  absl::MutexLock lock(&cache_mu_);
+  order_cache_.emplace_front(key, order);
+  while (static_cast<int>(order_cache_.size()) >
+         std::max(1, options_.plan_cache_entries)) {
+    order_cache_.pop_back();
+  }
+  return order;
+}
+
+absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
+    const v1::StreamBatchesRequest& request, std::function<void()> on_ready) {
+  const v1::EpochPlanSpec& spec = request.plan();
+  absl::StatusOr<const Dataset*> found = FindDataset(spec.dataset());
+  if (!found.ok()) return found.status();
+  const Dataset& dataset = **found;
+  if (!request.expected_fingerprint().empty() &&
+      request.expected_fingerprint() != dataset.fingerprint()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset '", dataset.name(), "' has fingerprint ",
+        dataset.fingerprint(), " on this server, the client expected ",
+        request.expected_fingerprint()));
+  }
+  absl::StatusOr<std::pair<int, int>> size = common::OutputSize(spec.transform());
+  if (!size.ok()) return size.status();
+  const auto [height, width] = *size;
+
+  common::EpochPlanParams params;
+  params.num_samples = dataset.sample_count();
+  params.seed = spec.seed();
+  params.epoch = spec.epoch();
+  params.rank = spec.rank();
+  params.world_size = spec.world_size();
+  params.batch_size = spec.batch_size();
+  params.shuffle = spec.shuffle();
+  params.drop_last = spec.drop_last();
+  // The cheap checks come before computing (or fetching) an epoch order;
+  // EpochPlan::Create repeats them.
+  if (spec.batch_size() < 1 || spec.batch_size() > common::kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size must be in [1, ", common::kMaxBatchSize,
+                     "], got ", spec.batch_size()));
+  }
+  if (spec.world_size() < 1 || spec.rank() < 0 ||
+      spec.rank() >= spec.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("need world_size >= 1 and 0 <= rank < world_size, got "
+                     "rank ", spec.rank(), " of world_size ",
+                     spec.world_size()));
+  }
+  const int64_t batch_bytes =
+      int64_t{spec.batch_size()} * height * width * 3;
+  if (batch_bytes > options_.max_batch_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a batch of ", spec.batch_size(), "x", height, "x", width,
+        "x3 is ", batch_bytes, " bytes; this server's limit is ",
+        options_.max_batch_bytes, " (--max_batch_bytes)"));
+  }
+  switch (request.bad_sample_policy()) {
+    case v1::BAD_SAMPLE_POLICY_UNSPECIFIED:
+    case v1::BAD_SAMPLE_POLICY_SKIP:
+    case v1::BAD_SAMPLE_POLICY_FAIL:
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown bad_sample_policy ", request.bad_sample_policy()));
+  }
+  absl::StatusOr<common::EpochPlan> plan = common::EpochPlan::Create(
+      params,
+      GlobalOrder(dataset, spec.seed(), spec.epoch(), spec.shuffle()));
+  if (!plan.ok()) return plan.status();
+
+  const int64_t num_batches = plan->num_batches();
+  const int64_t start = request.start_batch();
+  const int64_t end = request.end_batch() == 0 ? num_batches
+                                                : request.end_batch();
+  if (start < 0 || start > num_batches || end < start || end > num_batches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch range [", start, ", ", end, ") is outside this epoch's ",
+        num_batches, " batches"));
+  }
+
+  // Admission: count first, undo if over the limit.
+  std::shared_ptr<Counters> counters = counters_;
+  if (counters->active.fetch_add(1) >= options_.max_streams) {
+    counters->active.fetch_sub(1);
+    counters->refused.fetch_add(1);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "server is at its limit of ", options_.max_streams,
+        " concurrent streams (--max_streams); retry later or elsewhere"));
+  }
+  counters->opened.fetch_add(1);
+
+  BatchStreamSetup setup;
+  setup.dataset = &dataset;
+  setup.pool = pool_.get();
+  setup.plan = *std::move(plan);
+  setup.seed = spec.seed();
+  setup.epoch = spec.epoch();
+  setup.transform = spec.transform();
+  setup.out_height = height;
+  setup.out_width = width;
+  setup.start_batch = start;
+  setup.end_batch = end;
+  setup.fail_on_bad_sample =
+      request.bad_sample_policy() == v1::BAD_SAMPLE_POLICY_FAIL;
+  setup.on_skipped = [counters](const v1::SkippedSample& s) {
+    counters->skipped.fetch_add(1);
+    spdlog::warn("skipped sample '{}' (index {}) in shard {}: {}", s.key(),
+                 s.sample_index(), s.shard(), s.reason());
+  };
+  std::shared_ptr<BatchStream> stream =
+      BatchStream::Start(std::move(setup), options_.stream, std::move(on_ready));
+  // The admission slot is released when the stream is destroyed.
+  return std::shared_ptr<BatchStream>(
+      stream.get(), [stream, counters](BatchStream*) mutable {
+        stream.reset();
+        counters->active.fetch_sub(1);
+      });
+}
+
+DataServiceStats DataService::stats() const {
+  DataServiceStats s;
+  s.streams_opened = counters_->opened.load();
+  s.streams_refused = counters_->refused.load();
+  s.active_streams = counters_->active.load();
+  s.skipped_samples = counters_->skipped.load();
+  return s;
+}
+
+}  // namespace stoker::server

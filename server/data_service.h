@@ -1,0 +1,109 @@
+#ifndef STOKER_SERVER_DATA_SERVICE_H_
+#define STOKER_SERVER_DATA_SERVICE_H_
+
+// The server's logic behind the RPCs, with no gRPC in it: dataset lookup,
+// request validation, admission (--max_streams), the shared worker pool and
+// a cache of epoch orders. The gRPC adapter (server/grpc_service.h) only
+// forwards to this class and converts statuses.
+//
+// Thread-safe. Must outlive every stream it opened.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/stoker.pb.h"
+#include "server/batch_stream.h"
+#include "server/dataset.h"
+#include "server/sample_processor.h"
+#include "server/worker_pool.h"
+
+namespace stoker::server {
+
+struct DataServiceOptions {
+  // Decode/transform threads shared by all streams. >= 1.
+  int worker_threads = 1;
+  // Concurrent StreamBatches calls; more get RESOURCE_EXHAUSTED. >= 1.
+  int max_streams = 64;
+  // Largest batch payload (N*H*W*3 bytes) a request may ask for. Default
+  // 512 MiB; larger requests get RESOURCE_EXHAUSTED.
+  int64_t max_batch_bytes = int64_t{512} << 20;
+  BatchStreamOptions stream;
+  SampleProcessorOptions processor;
+  // Epoch orders kept for reuse (one per dataset/seed/epoch/shuffle).
+  int plan_cache_entries = 8;
+};
+
+// Counters since start, for logs and tests.
+struct DataServiceStats {
+  int64_t streams_opened = 0;
+  int64_t streams_refused = 0;
+  int64_t active_streams = 0;
+  int64_t skipped_samples = 0;
+};
+
+class DataService {
+ public:
+  // `datasets` must have distinct names. InvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<DataService>> Create(
+      const DataServiceOptions& options,
+      std::vector<std::unique_ptr<Dataset>> datasets);
+  ~DataService();
+
+  absl::StatusOr<v1::GetDatasetInfoResponse> GetDatasetInfo(
+      const v1::GetDatasetInfoRequest& request) const;
+
+  // Validates the request and starts producing its batches. Errors:
+  // NOT_FOUND (dataset), FAILED_PRECONDITION (fingerprint), INVALID_ARGUMENT
+  // (plan, transform, range, policy), RESOURCE_EXHAUSTED (max_streams,
+  // max_batch_bytes). The stream counts against max_streams until it is
+  // destroyed. See BatchStream for `on_ready`.
+  absl::StatusOr<std::shared_ptr<BatchStream>> OpenStream(
+      const v1::StreamBatchesRequest& request, std::function<void()> on_ready);
+
+  DataServiceStats stats() const;
+
+  // Stops the worker pool: queued work is dropped. Idempotent.
+  void Stop();
+
+ private:
+  DataService(const DataServiceOptions& options,
+              std::vector<std::unique_ptr<Dataset>> datasets);
+  absl::StatusOr<const Dataset*> FindDataset(const std::string& name) const;
+  std::shared_ptr<const std::vector<int64_t>> GlobalOrder(
+      const Dataset& dataset, uint64_t seed, int64_t epoch, bool shuffle);
+
+  const DataServiceOptions options_;
+  const std::map<std::string, std::unique_ptr<Dataset>> datasets_;
+
+  // Shared with stream admission tokens, which may outlive a call.
+  struct Counters {
+    std::atomic<int64_t> active{0};
+    std::atomic<int64_t> opened{0};
+    std::atomic<int64_t> refused{0};
+    std::atomic<int64_t> skipped{0};
+  };
+  std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+
+  absl::Mutex cache_mu_;
+  // Most recently used first.
+  std::list<std::pair<std::string, std::shared_ptr<const std::vector<int64_t>>>>
+      order_cache_ ABSL_GUARDED_BY(cache_mu_);
+
+  // Last member: destroyed (and joined) first.
+  std::unique_ptr<WorkerPool> pool_;
+};
+
+}  // namespace stoker::server
+
+#endif  // STOKER_SERVER_DATA_SERVICE_H_

@@ -1,0 +1,214 @@
+// stoker_server: serves WebDataset shards as decoded, transformed uint8
+// batches over gRPC. See README.md; `--help` lists the flags.
+
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/data_service.h"
+#include "server/dataset.h"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(int, port, 50051, "TCP port to listen on (0 picks a free port).");
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(std::vector<std::string>, dataset, {},
+          "NAME=GLOB: serve the .tar shards matching GLOB as dataset NAME. "
+          "Repeat the flag for several datasets.");
+ABSL_FLAG(int, threads, 0,
+          "Decode/transform worker threads shared by all streams; 0 = one "
+          "per core.");
+ABSL_FLAG(int, max_streams, 64,
+          "Concurrent StreamBatches calls; more are refused with "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_batch_bytes, int64_t{512} << 20,
+          "Largest batch payload (N*H*W*3 bytes) a client may request.");
+ABSL_FLAG(int, inflight_batches, 2,
+          "Batches each stream assembles ahead of the network (memory per "
+          "stream is about this many batches plus one).");
+ABSL_FLAG(bool, dct_scaling, true,
+          "Decode JPEGs at 1/2, 1/4 or 1/8 scale when the crop is shrunk by "
+          "at least that much (faster; slightly different pixels).");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error or off.");
+
+namespace {
+
+using stoker::server::DataService;
+using stoker::server::DataServiceOptions;
+using stoker::server::Dataset;
+using stoker::server::ServerOptions;
+using stoker::server::StokerServer;
+
+// absl keeps only the last value of a repeated flag; --dataset may be given
+// many times, so its occurrences are taken out of argv first.
+std::vector<std::string> ExtractRepeated(const char* name, int* argc,
+                                         char** argv) {
+  const std::string eq = absl::StrCat("--", name, "=");
+  const std::string bare = absl::StrCat("--", name);
+  std::vector<std::string> values;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    std::string arg = argv[i];
+    if (absl::StartsWith(arg, eq)) {
+      values.push_back(arg.substr(eq.size()));
+    } else if (arg == bare && i + 1 < *argc) {
+      values.push_back(argv[++i]);
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  *argc = out;
+  return values;
+}
+
+struct Config {
+  ServerOptions server;
+  DataServiceOptions service;
+  std::vector<std::pair<std::string, std::string>> datasets;  // name, glob
+  spdlog::level::level_enum log_level;
+};
+
+absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
+  Config config;
+  const int port = absl::GetFlag(FLAGS_port);
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port must be in [0, 65535], got ", port));
+  }
+  config.server.listen_address =
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
+  if (datasets.empty()) {
+    return absl::InvalidArgumentError(
+        "give at least one --dataset=NAME=GLOB, e.g. "
+        "--dataset=imagenet='/data/train-*.tar'");
+  }
+  for (const std::string& d : datasets) {
+    size_t eq = d.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == d.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dataset must be NAME=GLOB, got '", d, "'"));
+    }
+    config.datasets.emplace_back(d.substr(0, eq), d.substr(eq + 1));
+  }
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0) {
+    return absl::InvalidArgumentError("--threads must be >= 0");
+  }
+  if (threads == 0) {
+    threads = std::max(1u, std::thread::hardware_concurrency());
+  }
+  config.service.worker_threads = threads;
+  config.service.max_streams = absl::GetFlag(FLAGS_max_streams);
+  if (config.service.max_streams < 1) {
+    return absl::InvalidArgumentError("--max_streams must be >= 1");
+  }
+  config.service.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
+  if (config.service.max_batch_bytes < 1) {
+    return absl::InvalidArgumentError("--max_batch_bytes must be >= 1");
+  }
+  config.service.stream.max_inflight_batches =
+      absl::GetFlag(FLAGS_inflight_batches);
+  if (config.service.stream.max_inflight_batches < 1) {
+    return absl::InvalidArgumentError("--inflight_batches must be >= 1");
+  }
+  config.service.processor.dct_scaling = absl::GetFlag(FLAGS_dct_scaling);
+  const std::string level = absl::GetFlag(FLAGS_log_level);
+  config.log_level = spdlog::level::from_str(level);
+  if (config.log_level == spdlog::level::off && level != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--log_level must be trace, debug, info, warn, error or off, got '",
+        level, "'"));
+  }
+  return config;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves WebDataset .tar shards as decoded, augmented uint8 batches.\n"
+      "Example: stoker_server --port=50051 --dataset=train='/data/train-*.tar'");
+  std::vector<std::string> datasets = ExtractRepeated("dataset", &argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  for (const std::string& d : absl::GetFlag(FLAGS_dataset)) {
+    datasets.push_back(d);
+  }
+  absl::StatusOr<Config> config = ReadConfig(datasets);
+  if (!config.ok()) {
+    std::fprintf(stderr, "stoker_server: %s\n",
+                 std::string(config.status().message()).c_str());
+    return 2;
+  }
+  spdlog::set_level(config->log_level);
+
+  // Signals are taken by a dedicated thread; block them everywhere else
+  // (before any other thread starts).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // Datasets keep every shard open; large ones need more than the usual
+  // soft limit of 1024 descriptors.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
+
+  std::vector<std::unique_ptr<Dataset>> opened;
+  for (const auto& [name, glob] : config->datasets) {
+    absl::StatusOr<std::unique_ptr<Dataset>> dataset = Dataset::Open(name, glob);
+    if (!dataset.ok()) {
+      spdlog::error("{}", dataset.status().ToString());
+      return 1;
+    }
+    spdlog::info("dataset {}: {} samples in {} shards, {} bytes, fingerprint {}",
+                 name, (*dataset)->sample_count(), (*dataset)->shard_count(),
+                 (*dataset)->total_bytes(), (*dataset)->fingerprint());
+    opened.push_back(*std::move(dataset));
+  }
+  absl::StatusOr<std::unique_ptr<DataService>> service =
+      DataService::Create(config->service, std::move(opened));
+  if (!service.ok()) {
+    spdlog::error("{}", service.status().ToString());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<StokerServer>> server =
+      StokerServer::Start(config->server, *std::move(service));
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().ToString());
+    return 1;
+  }
+  spdlog::info("stoker_server listening on port {} with {} worker threads",
+               (*server)->port(), config->service.worker_threads);
+
+  std::thread signal_thread([&signals, s = server->get()] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    spdlog::info("signal {}: shutting down", sig);
+    s->Shutdown();
+  });
+  (*server)->Wait();
+  signal_thread.join();
+  auto stats = (*server)->service()->stats();
+  spdlog::info("stopped: {} streams served, {} refused, {} samples skipped",
+               stats.streams_opened, stats.streams_refused,
+               stats.skipped_samples);
+  return 0;
+}

@@ -1,0 +1,61 @@
+#ifndef STOKER_SERVER_SERVER_H_
+#define STOKER_SERVER_SERVER_H_
+
+// A running Stoker gRPC server: DataService + GrpcService + grpc::Server.
+// Used by //server:stoker_server and by in-process tests (port 0).
+//
+// Thread-safe. Shutdown() is idempotent; the destructor shuts down.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+#include "server/data_service.h"
+#include "server/grpc_service.h"
+
+namespace stoker::server {
+
+struct ServerOptions {
+  // host:port to listen on; port 0 picks a free port (see port()).
+  std::string listen_address = "0.0.0.0:0";
+  // How long Shutdown() lets running calls finish before cancelling them.
+  absl::Duration shutdown_grace = absl::Seconds(2);
+};
+
+class StokerServer {
+ public:
+  // Binds and starts serving. UNAVAILABLE if the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<StokerServer>> Start(
+      const ServerOptions& options, std::unique_ptr<DataService> service);
+  ~StokerServer();
+
+  int port() const { return port_; }
+  // "127.0.0.1:<port>", for clients in the same process.
+  std::string local_address() const;
+  DataService* service() const { return service_.get(); }
+
+  // Stops accepting calls, cancels running ones after the grace period,
+  // stops the workers. Idempotent.
+  void Shutdown();
+  // Blocks until Shutdown() has been called (from another thread).
+  void Wait();
+
+ private:
+  StokerServer(std::unique_ptr<DataService> service, absl::Duration grace);
+
+  const std::unique_ptr<DataService> service_;
+  GrpcService grpc_service_;
+  const absl::Duration grace_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace stoker::server
+
+#endif  // STOKER_SERVER_SERVER_H_

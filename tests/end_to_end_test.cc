@@ -1,0 +1,385 @@
+// End to end on one in-process server: real shards, real gRPC, real loader.
+
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/loader.h"
+#include "common/augment.h"
+#include "common/random.h"
+#include "common/transform_spec.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/stoker.grpc.pb.h"
+#include "tests/testing/cluster.h"
+#include "tests/testing/reference_image.h"
+#include "tools/sample_shards.h"
+
+namespace stoker {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Cluster;
+using testing::ReadEpoch;
+using testing::ShardSet;
+using testing::TestLoaderOptions;
+
+constexpr char kDataset[] = "train";
+
+class EndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<ShardSet> shards =
+        testing::WriteShards("e2e", testing::SmallShardOptions());
+    ASSERT_TRUE(shards.ok()) << shards.status();
+    shards_ = *shards;
+  }
+
+  std::unique_ptr<Cluster> StartCluster(
+      server::DataServiceOptions options = Cluster::DefaultServiceOptions(),
+      const std::string& glob = "") {
+    auto cluster = Cluster::Start(1, kDataset, glob.empty() ? shards_.glob : glob,
+                                  options);
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    return cluster.ok() ? *std::move(cluster) : nullptr;
+  }
+
+  // The key and label the generator wrote for global sample index i.
+  tools::SampleSpec Spec(int64_t i) const {
+    const int per = shards_.options.samples_per_shard;
+    return tools::DescribeSample(shards_.options, static_cast<int>(i / per),
+                                 static_cast<int>(i % per));
+  }
+
+  ShardSet shards_;
+};
+
+TEST_F(EndToEndTest, DeliversEverySampleExactlyOncePerEpochWithRightLabels) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  auto loader = client::Loader::Create(
+      TestLoaderOptions(cluster->specs(), kDataset, /*batch_size=*/4));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ((*loader)->num_batches(), 8);  // 30 samples, last batch of 2
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    auto batches = ReadEpoch(**loader, epoch);
+    ASSERT_TRUE(batches.ok()) << batches.status();
+    ASSERT_EQ(batches->size(), 8u);
+    std::multiset<int64_t> seen;
+    for (size_t b = 0; b < batches->size(); ++b) {
+      const client::HostBatch& batch = (*batches)[b];
+      EXPECT_EQ(batch.batch_index, static_cast<int64_t>(b));
+      EXPECT_EQ(batch.epoch, epoch);
+      EXPECT_EQ(batch.n, b + 1 < batches->size() ? 4 : 2);
+      EXPECT_EQ(batch.height, 32);
+      EXPECT_EQ(batch.width, 32);
+      EXPECT_EQ(batch.channels, 3);
+      EXPECT_EQ(batch.pixels.size(), batch.pixel_bytes());
+      EXPECT_TRUE(batch.skipped.empty());
+      for (int i = 0; i < batch.n; ++i) {
+        const int64_t index = batch.sample_indices[i];
+        seen.insert(index);
+        EXPECT_EQ(batch.keys[i], Spec(index).key);
+        EXPECT_EQ(batch.labels[i], Spec(index).label);
+      }
+    }
+    ASSERT_EQ(seen.size(), 30u);
+    for (int64_t i = 0; i < 30; ++i) EXPECT_EQ(seen.count(i), 1u) << i;
+  }
+}
+
+TEST_F(EndToEndTest, PixelsEqualAnIndependentReference) {
+  server::DataServiceOptions options = Cluster::DefaultServiceOptions();
+  options.processor.dct_scaling = false;  // exact path; DCT scaling has its own PSNR test
+  auto cluster = StartCluster(options);
+  ASSERT_NE(cluster, nullptr);
+  client::LoaderOptions loader_options =
+      TestLoaderOptions(cluster->specs(), kDataset, 5, /*size=*/48);
+  auto loader = client::Loader::Create(loader_options);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  auto batches = ReadEpoch(**loader, /*epoch=*/3);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  int flipped = 0;
+  for (const client::HostBatch& batch : *batches) {
+    for (int i = 0; i < batch.n; ++i) {
+      const int64_t index = batch.sample_indices[i];
+      const int per = shards_.options.samples_per_shard;
+      auto bytes = tools::RenderSampleImage(shards_.options, index / per,
+                                            index % per);
+      ASSERT_TRUE(bytes.ok());
+      auto image = testing::DecodeRgb(*bytes);
+      ASSERT_TRUE(image.ok());
+      common::SampleGeometry geometry = common::PlanSample(
+          loader_options.transform, image->width, image->height,
+          common::SampleKey(loader_options.seed, 3, index));
+      flipped += geometry.flip_horizontal;
+      testing::RgbImage expected = testing::ReferenceTransform(*image, geometry);
+      const size_t size = 48 * 48 * 3;
+      const uint8_t* got = batch.pixels.data() + size * i;
+      EXPECT_LE(testing::MaxAbsDiff(got, expected.pixels.data(), size), 2)
+          << "sample " << batch.keys[i];
+    }
+  }
+  // The default pipeline flips about half of the samples.
+  EXPECT_GT(flipped, 3);
+  EXPECT_LT(flipped, 27);
+}
+
+TEST_F(EndToEndTest, SameSeedGivesIdenticalBytesAcrossThreadCountsAndRuns) {
+  server::DataServiceOptions one = Cluster::DefaultServiceOptions();
+  one.worker_threads = 1;
+  server::DataServiceOptions three = Cluster::DefaultServiceOptions();
+  three.worker_threads = 3;
+  auto a = StartCluster(one);
+  auto b = StartCluster(three);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto digest = [&](Cluster& c, uint64_t seed, std::vector<int64_t>* order) {
+    client::LoaderOptions options = TestLoaderOptions(c.specs(), kDataset, 4);
+    options.seed = seed;
+    auto loader = client::Loader::Create(options);
+    EXPECT_TRUE(loader.ok()) << loader.status();
+    auto batches = ReadEpoch(**loader, 1);
+    EXPECT_TRUE(batches.ok()) << batches.status();
+    if (order != nullptr) {
+      for (const auto& batch : *batches) {
+        order->insert(order->end(), batch.sample_indices.begin(),
+                      batch.sample_indices.end());
+      }
+    }
+    return testing::Digest(*batches);
+  };
+  std::vector<int64_t> order_a, order_other;
+  const std::string first = digest(*a, 42, &order_a);
+  EXPECT_EQ(first, digest(*b, 42, nullptr));
+  EXPECT_EQ(first, digest(*a, 42, nullptr));
+  EXPECT_NE(first, digest(*a, 43, &order_other));
+  EXPECT_NE(order_a, order_other);
+}
+
+// Writes a shard with one good sample and one of each kind of bad one, the
+// last member cut off in the middle.
+std::string WriteBadShard(const ShardSet& good) {
+  std::string dir = testing::TempDir("bad");
+  auto jpeg = tools::RenderSampleImage(good.options, 0, 0);
+  EXPECT_TRUE(jpeg.ok());
+  std::vector<tools::TarMember> members = {
+      {"good.cls", "1\n"},
+      {"good.jpg", *jpeg},
+      {"garbage.cls", "2\n"},
+      {"garbage.jpg", std::string(500, 'x')},
+      {"halfjpeg.cls", "3\n"},
+      {"halfjpeg.jpg", jpeg->substr(0, jpeg->size() / 2)},
+      {"nolabel.jpg", *jpeg},
+      {"badlabel.cls", "cat\n"},
+      {"badlabel.jpg", *jpeg},
+      {"cutoff.cls", "4\n"},
+      {"cutoff.jpg", *jpeg},
+  };
+  const std::string path = dir + "/bad-000000.tar";
+  EXPECT_TRUE(tools::WriteTarFile(path, members).ok());
+  // Cut 300 bytes into the data of the last member.
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  const size_t header = bytes.find("cutoff.jpg");
+  EXPECT_NE(header, std::string::npos);
+  EXPECT_TRUE(tools::TruncateFile(path, header + 512 + 300).ok());
+  return dir + "/bad-*.tar";
+}
+
+TEST_F(EndToEndTest, SkipsAndReportsCorruptTruncatedAndUnlabeledSamples) {
+  auto cluster = StartCluster(Cluster::DefaultServiceOptions(),
+                              WriteBadShard(shards_));
+  ASSERT_NE(cluster, nullptr);
+  client::LoaderOptions options = TestLoaderOptions(cluster->specs(), kDataset, 3);
+  options.shuffle = false;
+  auto loader = client::Loader::Create(options);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const int64_t total = (*loader)->dataset_samples();
+  EXPECT_EQ(total, 6);
+  auto batches = ReadEpoch(**loader, 0);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  std::map<std::string, std::string> skipped;
+  std::vector<std::string> delivered;
+  for (const auto& batch : *batches) {
+    delivered.insert(delivered.end(), batch.keys.begin(), batch.keys.end());
+    for (const auto& s : batch.skipped) {
+      skipped[s.key] = s.reason;
+      EXPECT_THAT(s.shard, HasSubstr("bad-000000.tar"));
+    }
+  }
+  EXPECT_THAT(delivered, ::testing::ElementsAre("good"));
+  EXPECT_EQ(skipped.size(), 5u);
+  for (const char* key : {"garbage", "halfjpeg", "nolabel", "badlabel", "cutoff"}) {
+    EXPECT_EQ(skipped.count(key), 1u) << key;
+  }
+  EXPECT_EQ(static_cast<int64_t>(delivered.size() + skipped.size()), total);
+  EXPECT_EQ((*loader)->stats().skipped_samples, 5);
+  EXPECT_EQ(cluster->server(0)->service()->stats().skipped_samples, 5);
+
+  // Asked to fail instead, the stream ends with DATA_LOSS naming the sample.
+  options.fail_on_bad_sample = true;
+  auto strict = client::Loader::Create(options);
+  ASSERT_TRUE(strict.ok());
+  auto failed = ReadEpoch(**strict, 0);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("garbage"));
+
+  // And the server still serves.
+  auto again = client::Loader::Create(TestLoaderOptions(cluster->specs(), kDataset, 2));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(ReadEpoch(**again, 0).ok());
+}
+
+class RawClient {
+ public:
+  explicit RawClient(const std::string& address)
+      : stub_(v1::Stoker::NewStub(grpc::CreateChannel(
+            address, grpc::InsecureChannelCredentials()))) {}
+
+  // Status of a whole StreamBatches call, and how many batches it sent.
+  grpc::Status Stream(const v1::StreamBatchesRequest& request,
+                      int* batches = nullptr) {
+    grpc::ClientContext context;
+    grpc::ChannelArguments args;
+    auto reader = stub_->StreamBatches(&context, request);
+    v1::StreamBatchesResponse response;
+    int count = 0;
+    while (reader->Read(&response)) count += response.has_batch();
+    if (batches != nullptr) *batches = count;
+    return reader->Finish();
+  }
+
+  v1::Stoker::Stub& stub() { return *stub_; }
+
+ private:
+  std::unique_ptr<v1::Stoker::Stub> stub_;
+};
+
+v1::StreamBatchesRequest ValidRequest() {
+  v1::StreamBatchesRequest request;
+  v1::EpochPlanSpec* plan = request.mutable_plan();
+  plan->set_dataset(kDataset);
+  *plan->mutable_transform() = *common::ParseTransform("RandomResizedCrop(16)");
+  plan->set_batch_size(4);
+  plan->set_world_size(1);
+  return request;
+}
+
+TEST_F(EndToEndTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  RawClient client(cluster->address(0));
+
+  struct Case {
+    std::string name;
+    std::function<void(v1::StreamBatchesRequest*)> mutate;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"unknown dataset",
+       [](auto* r) { r->mutable_plan()->set_dataset("nope"); },
+       grpc::StatusCode::NOT_FOUND, "unknown dataset 'nope'"},
+      {"batch size 0", [](auto* r) { r->mutable_plan()->set_batch_size(0); },
+       grpc::StatusCode::INVALID_ARGUMENT, "batch_size"},
+      {"absurd batch size",
+       [](auto* r) { r->mutable_plan()->set_batch_size(1 << 30); },
+       grpc::StatusCode::INVALID_ARGUMENT, "batch_size"},
+      {"batch too many bytes",
+       [](auto* r) {
+         r->mutable_plan()->set_batch_size(60000);
+         *r->mutable_plan()->mutable_transform() =
+             *common::ParseTransform("RandomResizedCrop(224)");
+       },
+       grpc::StatusCode::RESOURCE_EXHAUSTED, "--max_batch_bytes"},
+      {"empty transform",
+       [](auto* r) { r->mutable_plan()->clear_transform(); },
+       grpc::StatusCode::INVALID_ARGUMENT, ""},
+      {"transform without a fixed size",
+       [](auto* r) {
+         v1::TransformPipeline* t = r->mutable_plan()->mutable_transform();
+         t->Clear();
+         t->add_steps()->mutable_resize()->set_shorter_side(64);
+         t->add_steps()->mutable_random_horizontal_flip()->set_p(0.5);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "fixed size"},
+      {"rank outside world", [](auto* r) { r->mutable_plan()->set_rank(3); },
+       grpc::StatusCode::INVALID_ARGUMENT, "rank"},
+      {"range past the end", [](auto* r) { r->set_start_batch(100); },
+       grpc::StatusCode::INVALID_ARGUMENT, "batch range"},
+      {"wrong fingerprint",
+       [](auto* r) { r->set_expected_fingerprint("0123456789abcdef"); },
+       grpc::StatusCode::FAILED_PRECONDITION, "fingerprint"},
+  };
+  for (const Case& c : cases) {
+    v1::StreamBatchesRequest request = ValidRequest();
+    c.mutate(&request);
+    grpc::Status status = client.Stream(request);
+    EXPECT_EQ(status.error_code(), c.code) << c.name << ": "
+                                           << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
+  }
+
+  v1::GetDatasetInfoRequest info_request;
+  info_request.set_dataset("nope");
+  v1::GetDatasetInfoResponse info;
+  grpc::ClientContext context;
+  EXPECT_EQ(client.stub().GetDatasetInfo(&context, info_request, &info)
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  int batches = 0;
+  grpc::Status ok = client.Stream(ValidRequest(), &batches);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(batches, 8);
+}
+
+TEST_F(EndToEndTest, StreamsBeyondMaxStreamsAreRefused) {
+  server::DataServiceOptions options = Cluster::DefaultServiceOptions();
+  options.max_streams = 1;
+  options.stream.max_inflight_batches = 1;
+  auto cluster = StartCluster(options);
+  ASSERT_NE(cluster, nullptr);
+  RawClient client(cluster->address(0));
+  // Hold one stream open by not reading past its first message.
+  grpc::ClientContext held_context;
+  auto held = client.stub().StreamBatches(&held_context, ValidRequest());
+  v1::StreamBatchesResponse first;
+  ASSERT_TRUE(held->Read(&first));
+  grpc::Status refused = client.Stream(ValidRequest());
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max_streams"));
+  held_context.TryCancel();
+  held->Finish();
+}
+
+TEST_F(EndToEndTest, FullSizeImageNetBatchCrossesTheWire) {
+  tools::SampleShardsOptions options = testing::SmallShardOptions();
+  options.num_shards = 1;
+  options.samples_per_shard = 256;
+  options.min_side = 48;
+  options.max_side = 64;
+  auto shards = testing::WriteShards("big", options);
+  ASSERT_TRUE(shards.ok());
+  auto cluster = StartCluster(Cluster::DefaultServiceOptions(), shards->glob);
+  ASSERT_NE(cluster, nullptr);
+  auto loader = client::Loader::Create(
+      TestLoaderOptions(cluster->specs(), kDataset, 256, /*size=*/224));
+  ASSERT_TRUE(loader.ok());
+  auto batches = ReadEpoch(**loader, 0);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  ASSERT_EQ(batches->size(), 1u);
+  EXPECT_EQ((*batches)[0].pixels.size(), 256u * 224 * 224 * 3);  // 38.5 MB
+}
+
+}  // namespace
+}  // namespace stoker

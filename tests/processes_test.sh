@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Real processes: stoker_server on shards packed by GNU tar, stoker_fetch
+# over two epochs (every key exactly once per epoch), then three servers with
+# one SIGKILLed mid-epoch (same checksum as a single server, every key once),
+# then resume from a cursor.
+set -euo pipefail
+
+root="${TEST_SRCDIR}/${TEST_WORKSPACE:-stoker}"
+server_bin="$root/server/stoker_server"
+fetch_bin="$root/client/stoker_fetch"
+shards_bin="$root/tools/make_sample_shards"
+tmp="${TEST_TMPDIR}/processes"
+rm -rf "$tmp"; mkdir -p "$tmp"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Starts a server on a free port; sets $port and appends the pid.
+start_server() {
+  local glob="$1" log="$2"
+  : >"$log"
+  "$server_bin" --port=0 --threads=1 --dataset="train=$glob" >"$log" 2>&1 &
+  pids+=($!)
+  port=""
+  for _ in $(seq 1 200); do
+    port="$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$log")"
+    [ -n "$port" ] && return 0
+    sleep 0.05
+  done
+  cat "$log" >&2
+  fail "server did not start"
+}
+
+# 1. Shards written by GNU tar from plain files.
+"$shards_bin" --out_dir="$tmp/gen" --num_shards=2 --samples_per_shard=40 \
+  --min_side=64 --max_side=200 >/dev/null
+mkdir -p "$tmp/files" "$tmp/gnu"
+for f in "$tmp"/gen/*.tar; do tar -xf "$f" -C "$tmp/files"; done
+(cd "$tmp/files" && ls | sort > "$tmp/names" && \
+  head -n 80 "$tmp/names" | tar -cf "$tmp/gnu/train-0.tar" -T - && \
+  tail -n +81 "$tmp/names" | tar -cf "$tmp/gnu/train-1.tar" -T -)
+expected_keys=$(sed 's/\.[a-z]*$//' "$tmp/names" | sort -u)
+nkeys=$(echo "$expected_keys" | wc -l)
+[ "$nkeys" -eq 80 ] || fail "expected 80 keys, got $nkeys"
+
+start_server "$tmp/gnu/*.tar" "$tmp/server0.log"
+single="127.0.0.1:$port"
+"$fetch_bin" --servers="$single" --dataset=train --batch_size=16 --epochs=2 \
+  --transform='RandomResizedCrop(64)|RandomHorizontalFlip()' \
+  --keys_out="$tmp/keys" >"$tmp/fetch.out" || fail "fetch failed: $(cat "$tmp/fetch.out")"
+tail -n 1 "$tmp/fetch.out" | grep -q '^images=160 batches=10 bytes=' \
+  || fail "unexpected summary: $(tail -n 1 "$tmp/fetch.out")"
+for epoch in 0 1; do
+  got=$(awk -v e=$epoch '$1 == e { print $2 }' "$tmp/keys" | sort)
+  [ "$got" = "$expected_keys" ] || fail "epoch $epoch did not deliver every key once"
+done
+echo "ok: GNU tar shards, two epochs, every key once per epoch"
+
+# 2. Three servers, one killed with SIGKILL mid-epoch, then one frozen with
+# SIGSTOP mid-epoch. --step_ms makes the epoch last about a second.
+common=(--dataset=train --batch_size=8 --epochs=1 --checksum
+        --transform='RandomResizedCrop(64)|RandomHorizontalFlip()'
+        --stall_timeout_s=1 --prefetch=2 --batches_per_request=1)
+"$fetch_bin" --servers="$single" "${common[@]}" >"$tmp/ref.out" \
+  || fail "reference fetch failed"
+reference=$(grep '^checksum=' "$tmp/ref.out")
+
+start_server "$tmp/gnu/*.tar" "$tmp/s1.log"; a="127.0.0.1:$port"
+start_server "$tmp/gnu/*.tar" "$tmp/s2.log"; b="127.0.0.1:$port"; pid_b=${pids[-1]}
+start_server "$tmp/gnu/*.tar" "$tmp/s3.log"; c="127.0.0.1:$port"; pid_c=${pids[-1]}
+
+# Runs fetch against all three servers and applies signal $1 to pid $2
+# while the epoch is under way; checks checksum and keys.
+disrupt() {
+  local signal="$1" victim="$2" name="$3"
+  "$fetch_bin" --servers="$a,$b,$c" "${common[@]}" --step_ms=100 \
+    --keys_out="$tmp/keys_$name" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  local fetch=$!
+  sleep 0.4
+  kill -0 "$fetch" 2>/dev/null || fail "$name: fetch finished before the signal"
+  kill "-$signal" "$victim"
+  wait "$fetch" || fail "$name: fetch failed: $(cat "$tmp/$name.err")"
+  local got
+  got=$(grep '^checksum=' "$tmp/$name.out")
+  [ "$got" = "$reference" ] || fail "$name: checksum $got != single-server $reference"
+  local dups count
+  dups=$(awk '{ print $2 }' "$tmp/keys_$name" | sort | uniq -d | wc -l)
+  count=$(awk '{ print $2 }' "$tmp/keys_$name" | sort -u | wc -l)
+  [ "$dups" -eq 0 ] && [ "$count" -eq 80 ] || fail "$name: $count unique keys, $dups repeated"
+  grep -q 'stream_failures=[1-9]' "$tmp/$name.out" || fail "$name: no failure was seen"
+  echo "ok: $name of one of three servers mid-epoch: $got, every key once"
+}
+disrupt KILL "$pid_b" sigkill
+cp "$tmp/keys_sigkill" "$tmp/keys3"
+disrupt STOP "$pid_c" sigstop
+kill -CONT "$pid_c"
+
+# 3. Stop after 3 batches, resume from the printed cursor.
+"$fetch_bin" --servers="$a,$c" "${common[@]}" --stop_after_batches=3 \
+  --keys_out="$tmp/part1" >"$tmp/part1.out" || fail "partial fetch failed"
+cursor=$(tail -n 1 "$tmp/part1.out" | sed -n 's/^cursor=//p')
+[ -n "$cursor" ] || fail "no cursor printed"
+"$fetch_bin" --servers="$a,$c" "${common[@]}" --resume_from="$cursor" \
+  --keys_out="$tmp/part2" >"$tmp/part2.out" || fail "resume failed"
+cat "$tmp/part1" "$tmp/part2" | awk '{ print $2 }' > "$tmp/resumed"
+awk '{ print $2 }' "$tmp/keys3" > "$tmp/uninterrupted"
+cmp -s "$tmp/resumed" "$tmp/uninterrupted" || fail "resumed key order differs"
+echo "ok: resume from $cursor continues with exactly the remaining samples"
+
+# 4. Bad flags: clear error, exit 2.
+if "$fetch_bin" --servers="nohost" --dataset=train 2>"$tmp/bad.err"; then
+  fail "bad --servers accepted"
+fi
+grep -q "host:port" "$tmp/bad.err" || fail "unclear error: $(cat "$tmp/bad.err")"
+if "$server_bin" --dataset=nonsense 2>"$tmp/bad2.err"; then
+  fail "bad --dataset accepted"
+fi
+grep -q "NAME=GLOB" "$tmp/bad2.err" || fail "unclear error: $(cat "$tmp/bad2.err")"
+echo "ok: bad flags get clear errors"
+echo "1 passed, 0 failed"
