@@ -1,0 +1,610 @@
+#include "client/device_loader.h"
+
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace stoker::client {
+namespace internal {
+
+// The output slots (converted pixels + int64 labels) and their events.
+// Shared by the loader and every DeviceBatch, so slots stay valid after the
+// loader is gone; freed when the last owner drops it.
+class OutputPool {
+ public:
+  struct Slot {
+    void* data = nullptr;
+    int64_t* labels = nullptr;       // Device (kCuda) or host memory.
+    int64_t* host_labels = nullptr;  // Pinned staging for labels (kCuda).
+    size_t label_capacity = 0;
+    CudaEvent ready = nullptr;
+    CudaEvent released = nullptr;
+    // `ready` was recorded at least once.
+    bool used = false;
+    // `released` was recorded and the loader's stream has not waited on it.
+    bool release_pending = false;
+    // Handed out by DeviceLoader::Next().
+    bool delivered = false;
+  };
+
+  static absl::StatusOr<std::shared_ptr<OutputPool>> Create(DeviceKind kind,
+                                                            int device_id,
+                                                            int slots,
+                                                            size_t bytes) {
+    auto pool = std::shared_ptr<OutputPool>(new OutputPool(kind, device_id));
+    pool->slots_.resize(slots);
+    for (int i = 0; i < slots; ++i) {
+      Slot& slot = pool->slots_[i];
+      if (kind == DeviceKind::kCuda) {
+        absl::StatusOr<void*> data = CudaMalloc(bytes);
+        if (!data.ok()) {
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "cannot allocate output slot %d of %d bytes on cuda:%d: %s", i,
+              bytes, device_id, data.status().message()));
+        }
+        slot.data = *data;
+        absl::StatusOr<CudaEvent> ready = CudaEventCreate();
+        if (!ready.ok()) return ready.status();
+        slot.ready = *ready;
+        absl::StatusOr<CudaEvent> released = CudaEventCreate();
+        if (!released.ok()) return released.status();
+        slot.released = *released;
+      } else {
+        slot.data = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+        if (slot.data == nullptr) {
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "cannot allocate output slot %d of %d bytes", i, bytes));
+        }
+      }
+    }
+    absl::MutexLock lock(&pool->mu_);
+    for (int i = slots - 1; i >= 0; --i) pool->free_.push_back(i);
+    return pool;
+  }
+
+  ~OutputPool() {
+    // May run on any thread (the last DeviceBatch's release).
+    std::optional<ScopedCudaDevice> device;
+    if (kind_ == DeviceKind::kCuda) device.emplace(device_id_);
+    for (Slot& slot : slots_) {
+      if (kind_ == DeviceKind::kCuda) {
+        // Consumers may still have work reading the slot queued.
+        if (slot.release_pending) CudaEventSynchronize(slot.released).IgnoreError();
+        if (slot.used) CudaEventSynchronize(slot.ready).IgnoreError();
+        CudaFree(slot.data);
+        CudaFree(slot.labels);
+        CudaFreeHost(slot.host_labels);
+        CudaEventDestroy(slot.ready);
+        CudaEventDestroy(slot.released);
+      } else {
+        std::free(slot.data);
+        delete[] slot.labels;
+      }
+    }
+  }
+
+  DeviceKind kind() const { return kind_; }
+  int device_id() const { return device_id_; }
+  int slots() const { return static_cast<int>(slots_.size()); }
+
+  // Only the current holder of slot i (whoever acquired it, until release)
+  // may touch its fields.
+  Slot& slot(int i) { return slots_[i]; }
+
+  absl::StatusOr<int> Acquire() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](OutputPool* p) { return p->stopped_ || !p->free_.empty(); },
+        this));
+    if (stopped_) return absl::CancelledError("device loader stopped");
+    const int i = free_.back();
+    free_.pop_back();
+    return i;
+  }
+
+  void Release(int i, std::optional<CudaStream> consumer) {
+    Slot& slot = slots_[i];
+    if (kind_ == DeviceKind::kCuda && consumer.has_value()) {
+      if (CudaEventRecord(slot.released, *consumer).ok()) {
+        slot.release_pending = true;
+      } else {
+        // Cannot order on the GPU (e.g. a stream of another device): wait
+        // for the consumer's work on the host instead.
+        CudaStreamSynchronize(*consumer).IgnoreError();
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    if (slot.delivered) {
+      slot.delivered = false;
+      --delivered_;
+    }
+    free_.push_back(i);
+  }
+
+  void MarkDelivered(int i) {
+    absl::MutexLock lock(&mu_);
+    slots_[i].delivered = true;
+    ++delivered_;
+  }
+
+  int delivered() const {
+    absl::MutexLock lock(&mu_);
+    return delivered_;
+  }
+
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+
+  // Makes slot i's label buffers hold at least n labels (grows rarely: only
+  // for a batch larger than any before in this slot).
+  absl::Status EnsureLabelCapacity(int i, size_t n) {
+    Slot& slot = slots_[i];
+    if (n <= slot.label_capacity) return absl::OkStatus();
+    if (kind_ == DeviceKind::kCpu) {
+      delete[] slot.labels;
+      slot.labels = new int64_t[n];
+      slot.label_capacity = n;
+      return absl::OkStatus();
+    }
+    // The old buffers may still be read by a consumer or our last copy.
+    if (slot.release_pending) {
+      if (absl::Status s = CudaEventSynchronize(slot.released); !s.ok()) {
+        return s;
+      }
+    }
+    if (slot.used) {
+      if (absl::Status s = CudaEventSynchronize(slot.ready); !s.ok()) return s;
+    }
+    CudaFree(slot.labels);
+    CudaFreeHost(slot.host_labels);
+    slot.labels = nullptr;
+    slot.host_labels = nullptr;
+    slot.label_capacity = 0;
+    absl::StatusOr<void*> device = CudaMalloc(n * sizeof(int64_t));
+    if (!device.ok()) return device.status();
+    slot.labels = static_cast<int64_t*>(*device);
+    absl::StatusOr<void*> host = CudaHostAlloc(n * sizeof(int64_t));
+    if (!host.ok()) return host.status();
+    slot.host_labels = static_cast<int64_t*>(*host);
+    slot.label_capacity = n;
+    return absl::OkStatus();
+  }
+
+ private:
+  OutputPool(DeviceKind kind, int device_id)
+      : kind_(kind), device_id_(device_id) {}
+
+  const DeviceKind kind_;
+  const int device_id_;
+  // Sized once in Create; entries are owned by their current holder.
+  std::vector<Slot> slots_;
+
+  mutable absl::Mutex mu_;
+  std::vector<int> free_ ABSL_GUARDED_BY(mu_);
+  int delivered_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace internal
+
+absl::Status ParseDevice(absl::string_view spec, DeviceKind* kind,
+                         int* device_id) {
+  if (spec == "cpu") {
+    *kind = DeviceKind::kCpu;
+    *device_id = 0;
+    return absl::OkStatus();
+  }
+  if (spec == "cuda") {
+    *kind = DeviceKind::kCuda;
+    *device_id = 0;
+    return absl::OkStatus();
+  }
+  int id = 0;
+  if (absl::StartsWith(spec, "cuda:") &&
+      absl::SimpleAtoi(spec.substr(5), &id) && id >= 0) {
+    *kind = DeviceKind::kCuda;
+    *device_id = id;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown device \"", spec, "\"; use \"cpu\", \"cuda\" or \"cuda:N\""));
+}
+
+// --- DeviceBatch ---
+
+DeviceBatch::DeviceBatch() = default;
+
+DeviceBatch::DeviceBatch(DeviceBatch&& other) noexcept {
+  *this = std::move(other);
+}
+
+DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
+  if (this != &other) {
+    Release();
+    pool_ = std::move(other.pool_);
+    slot_ = std::exchange(other.slot_, -1);
+    device_ = other.device_;
+    device_id_ = other.device_id_;
+    data_ = std::exchange(other.data_, nullptr);
+    labels_ = std::exchange(other.labels_, nullptr);
+    dtype_ = other.dtype_;
+    layout_ = other.layout_;
+    info_ = std::move(other.info_);
+    ready_event_ = std::exchange(other.ready_event_, nullptr);
+    consumer_ = std::exchange(other.consumer_, std::nullopt);
+  }
+  return *this;
+}
+
+DeviceBatch::~DeviceBatch() { Release(); }
+
+size_t DeviceBatch::data_bytes() const {
+  const ImageShape shape{info_.n, info_.height, info_.width, info_.channels};
+  return ConvertedBytes(shape, dtype_);
+}
+
+std::array<int64_t, 4> DeviceBatch::shape() const {
+  const ImageShape shape{info_.n, info_.height, info_.width, info_.channels};
+  return ConvertedShape(shape, layout_);
+}
+
+std::array<int64_t, 4> DeviceBatch::strides() const {
+  const std::array<int64_t, 4> dims = shape();
+  return {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+}
+
+absl::Status DeviceBatch::WaitOn(CudaStream consumer) {
+  if (!valid()) {
+    return absl::FailedPreconditionError("WaitOn on an empty DeviceBatch");
+  }
+  if (device_ == DeviceKind::kCpu) return absl::OkStatus();
+  if (absl::Status s = CudaStreamWaitEvent(consumer, ready_event_); !s.ok()) {
+    return s;
+  }
+  consumer_ = consumer;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceBatch::Synchronize() const {
+  if (!valid() || device_ == DeviceKind::kCpu) return absl::OkStatus();
+  return CudaEventSynchronize(ready_event_);
+}
+
+void DeviceBatch::Release() { ReleaseOn(consumer_); }
+
+void DeviceBatch::Release(CudaStream consumer) { ReleaseOn(consumer); }
+
+void DeviceBatch::ReleaseOn(std::optional<CudaStream> consumer) {
+  if (pool_ == nullptr) return;
+  pool_->Release(slot_, consumer);
+  pool_.reset();
+  slot_ = -1;
+  data_ = nullptr;
+  labels_ = nullptr;
+  ready_event_ = nullptr;
+  consumer_.reset();
+}
+
+// --- DeviceLoader ---
+
+absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
+    const DeviceLoaderOptions& options) {
+  if (options.pinned_slots < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceLoaderOptions.pinned_slots = ",
+                     options.pinned_slots, " must be >= 1"));
+  }
+  if (options.output_slots < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceLoaderOptions.output_slots = ",
+                     options.output_slots, " must be >= 1"));
+  }
+  if (options.max_batch_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "DeviceLoaderOptions.max_batch_bytes must be > 0: set it to the "
+        "largest batch's n * height * width * channels");
+  }
+  if (absl::Status s = ValidateConvertOptions(options.convert); !s.ok()) {
+    return s;
+  }
+  const bool cuda = options.device == DeviceKind::kCuda;
+  if (cuda) {
+    if (absl::Status s = CheckCudaDevice(options.device_id); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create a \"cuda:", options.device_id,
+                       "\" device loader: ", s.message()));
+    }
+  }
+  // Allocations below happen on `device_id` without changing the caller's
+  // current device.
+  std::optional<ScopedCudaDevice> device;
+  if (cuda) {
+    device.emplace(options.device_id);
+    if (!device->status().ok()) return device->status();
+  }
+
+  PinnedPoolOptions pinned_options;
+  pinned_options.slots = options.pinned_slots;
+  pinned_options.slot_bytes = options.max_batch_bytes;
+  pinned_options.pinned = cuda;
+  pinned_options.device_id = options.device_id;
+  absl::StatusOr<std::unique_ptr<PinnedPool>> pinned =
+      PinnedPool::Create(pinned_options);
+  if (!pinned.ok()) return pinned.status();
+
+  absl::StatusOr<std::shared_ptr<internal::OutputPool>> outputs =
+      internal::OutputPool::Create(
+          options.device, options.device_id, options.output_slots,
+          options.max_batch_bytes * DTypeSize(options.convert.dtype));
+  if (!outputs.ok()) return outputs.status();
+
+  CudaStream stream = nullptr;
+  void* staging = nullptr;
+  absl::Cleanup cleanup = [&] {
+    CudaFree(staging);
+    CudaStreamDestroy(stream);
+  };
+  if (cuda) {
+    absl::StatusOr<CudaStream> s = CudaStreamCreate();
+    if (!s.ok()) return s.status();
+    stream = *s;
+    // uint8 NHWC output is a plain copy into the output slot (see Convert).
+    const bool needs_staging = options.convert.dtype != DType::kUint8 ||
+                               options.convert.layout != Layout::kNHWC;
+    if (needs_staging) {
+      absl::StatusOr<void*> m = CudaMalloc(options.max_batch_bytes);
+      if (!m.ok()) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("cannot allocate the device staging buffer: ",
+                         m.status().message()));
+      }
+      staging = *m;
+    }
+  }
+  std::move(cleanup).Cancel();
+  return std::unique_ptr<DeviceLoader>(
+      new DeviceLoader(options, *std::move(pinned), *std::move(outputs),
+                       stream, staging));
+}
+
+DeviceLoader::DeviceLoader(const DeviceLoaderOptions& options,
+                           std::unique_ptr<PinnedPool> pinned,
+                           std::shared_ptr<internal::OutputPool> outputs,
+                           CudaStream stream, void* staging)
+    : options_(options),
+      pinned_(std::move(pinned)),
+      outputs_(std::move(outputs)),
+      stream_(stream),
+      staging_(staging) {}
+
+DeviceLoader::~DeviceLoader() {
+  Stop();
+  if (stream_ != nullptr) {
+    ScopedCudaDevice device(options_.device_id);
+    CudaFree(staging_);
+    CudaStreamDestroy(stream_);
+  }
+}
+
+PinnedPool* DeviceLoader::pinned_allocator() { return pinned_.get(); }
+
+absl::Status DeviceLoader::Start(BatchSource* source) {
+  if (source == nullptr) {
+    return absl::InvalidArgumentError("DeviceLoader::Start: null source");
+  }
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    return absl::FailedPreconditionError("DeviceLoader already stopped");
+  }
+  if (source_ != nullptr) {
+    return absl::FailedPreconditionError("DeviceLoader already started");
+  }
+  source_ = source;
+  thread_ = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
+  absl::MutexLock lock(&mu_);
+  if (source_ == nullptr && !stopping_) {
+    return absl::FailedPreconditionError(
+        "DeviceLoader::Next before Start(source)");
+  }
+  if (!stopping_ && ready_.empty() &&
+      outputs_->delivered() >= outputs_->slots()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the caller holds all %d output slots; release a DeviceBatch before "
+        "calling Next() (or raise output_slots)",
+        outputs_->slots()));
+  }
+  // After an error was handed out, this call is what lets the thread ask
+  // the source again (see the header).
+  if (paused_ && ready_.empty()) paused_ = false;
+  mu_.Await(absl::Condition(
+      +[](DeviceLoader* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) {
+        return l->stopping_ || !l->ready_.empty();
+      },
+      this));
+  if (stopping_) return absl::CancelledError("device loader stopped");
+  absl::StatusOr<DeviceBatch> item = std::move(ready_.front());
+  ready_.pop_front();
+  if (item.ok()) outputs_->MarkDelivered(item->slot_);
+  return item;
+}
+
+void DeviceLoader::Stop() {
+  absl::MutexLock stop_lock(&stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  BatchSource* source;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    source = source_;
+  }
+  if (source != nullptr) source->Cancel();
+  pinned_->Stop();
+  outputs_->Stop();
+  if (thread_.joinable()) thread_.join();
+  std::deque<absl::StatusOr<DeviceBatch>> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    dropped.swap(ready_);
+  }
+  dropped.clear();
+  if (stream_ != nullptr) CudaStreamSynchronize(stream_).IgnoreError();
+}
+
+void DeviceLoader::Run() {
+  const bool cuda = options_.device == DeviceKind::kCuda;
+  absl::Status device_status =
+      cuda ? CudaSetDevice(options_.device_id) : absl::OkStatus();
+  while (true) {
+    BatchSource* source;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](DeviceLoader* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) {
+            return l->stopping_ || !l->paused_;
+          },
+          this));
+      if (stopping_) return;
+      source = source_;
+    }
+    absl::StatusOr<DeviceBatch> batch;
+    // Keeps the pixels until the copy out of them is done (see below).
+    absl::StatusOr<HostBatch> host;
+    if (!device_status.ok()) {
+      batch = device_status;
+    } else {
+      host = source->Next();
+      batch = host.ok() ? Convert(*host) : absl::StatusOr<DeviceBatch>(
+                                               host.status());
+    }
+    const CudaEvent ready =
+        cuda && batch.ok() ? batch->ready_event() : nullptr;
+    bool stop;
+    {
+      absl::MutexLock lock(&mu_);
+      stop = stopping_;
+      if (!stop) {
+        if (!batch.ok()) paused_ = true;
+        ready_.push_back(std::move(batch));
+      }
+    }
+    // The host pixels (`host`, freed at the end of this iteration) go back to
+    // the pinned pool only once the copy out of them has finished.
+    if (ready != nullptr) CudaEventSynchronize(ready).IgnoreError();
+    if (stop) return;
+  }
+}
+
+absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
+  const std::string where =
+      absl::StrFormat("batch %d of epoch %d", host.batch_index, host.epoch);
+  const ImageShape shape{host.n, host.height, host.width, host.channels};
+  if (absl::Status s = ValidateImageShape(shape); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  }
+  const size_t bytes = host.pixel_bytes();
+  if (bytes > options_.max_batch_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d pixel bytes exceed max_batch_bytes = %d", where, bytes,
+        options_.max_batch_bytes));
+  }
+  if (host.pixels.size() < bytes ||
+      host.labels.size() != static_cast<size_t>(host.n)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: malformed (%d pixel bytes, %d labels for shape %dx%dx%dx%d)",
+        where, host.pixels.size(), host.labels.size(), host.n, host.height,
+        host.width, host.channels));
+  }
+
+  absl::StatusOr<int> acquired = outputs_->Acquire();
+  if (!acquired.ok()) return acquired.status();
+  const int index = *acquired;
+  internal::OutputPool::Slot& slot = outputs_->slot(index);
+  // From here on the handle owns the slot: an early return releases it.
+  DeviceBatch batch;
+  batch.pool_ = outputs_;
+  batch.slot_ = index;
+  batch.device_ = options_.device;
+  batch.device_id_ =
+      options_.device == DeviceKind::kCuda ? options_.device_id : 0;
+  batch.dtype_ = options_.convert.dtype;
+  batch.layout_ = options_.convert.layout;
+
+  const size_t n = static_cast<size_t>(host.n);
+  if (absl::Status s = outputs_->EnsureLabelCapacity(index, n); !s.ok()) {
+    return s;
+  }
+  if (options_.device == DeviceKind::kCpu) {
+    if (absl::Status s = ConvertOnHost(host.pixels.data(), shape,
+                                       options_.convert, slot.data);
+        !s.ok()) {
+      return s;
+    }
+    for (size_t i = 0; i < n; ++i) slot.labels[i] = host.labels[i];
+  } else {
+    auto fail = [&](const absl::Status& s) {
+      // Nothing may still read the host pixels or labels once we return.
+      CudaStreamSynchronize(stream_).IgnoreError();
+      return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+    };
+    if (slot.release_pending) {
+      if (absl::Status s = CudaStreamWaitEvent(stream_, slot.released);
+          !s.ok()) {
+        return fail(s);
+      }
+      slot.release_pending = false;
+    }
+    // The previous label copy out of host_labels must be done.
+    if (slot.used) {
+      if (absl::Status s = CudaEventSynchronize(slot.ready); !s.ok()) {
+        return fail(s);
+      }
+    }
+    absl::Status s;
+    if (n > 0) {
+      for (size_t i = 0; i < n; ++i) slot.host_labels[i] = host.labels[i];
+      s = CudaMemcpyAsync(slot.labels, slot.host_labels, n * sizeof(int64_t),
+                          stream_);
+    }
+    const bool identity = options_.convert.dtype == DType::kUint8 &&
+                          (options_.convert.layout == Layout::kNHWC ||
+                           host.channels == 1);
+    if (s.ok() && bytes > 0) {
+      if (identity) {
+        s = CudaMemcpyAsync(slot.data, host.pixels.data(), bytes, stream_);
+      } else {
+        s = CudaMemcpyAsync(staging_, host.pixels.data(), bytes, stream_);
+        if (s.ok()) {
+          s = ConvertOnDevice(static_cast<const uint8_t*>(staging_), shape,
+                              options_.convert, slot.data, stream_);
+        }
+      }
+    }
+    if (s.ok()) s = CudaEventRecord(slot.ready, stream_);
+    if (!s.ok()) return fail(s);
+    slot.used = true;
+    batch.ready_event_ = slot.ready;
+  }
+  batch.data_ = slot.data;
+  batch.labels_ = slot.labels;
+  // Everything but the pixels, which stay with `host` until the copy is done.
+  PixelBuffer pixels = std::move(host.pixels);
+  batch.info_ = std::move(host);
+  host = HostBatch();
+  host.pixels = std::move(pixels);
+  return batch;
+}
+
+}  // namespace stoker::client

@@ -1,0 +1,279 @@
+#ifndef STOKER_CLIENT_DEVICE_LOADER_H_
+#define STOKER_CLIENT_DEVICE_LOADER_H_
+
+// The device loader: takes uint8 NHWC host batches from a BatchSource (the
+// network loader) and delivers them as model-ready tensors on a GPU (or, with
+// DeviceKind::kCpu, in host memory through the very same API and arithmetic).
+//
+//   BatchSource::Next()  ->  [pinned slot]  --cudaMemcpyAsync-->  [device
+//   staging]  --convert kernel-->  [output slot]  ->  DeviceBatch
+//
+// Memory is allocated once in Create: `pinned_slots` page-locked host
+// buffers (handed to the network loader through pinned_allocator()), one
+// device staging buffer (not for uint8 NHWC output, which is copied straight
+// into the output slot) and `output_slots` device output buffers (plus
+// labels; their buffers grow only when a batch has more samples than any
+// before). The copy and the kernel run on the loader's own non-blocking CUDA
+// stream. A background thread keeps converting ahead while free output slots
+// remain, so batch N+1 is copied and converted while the consumer computes on
+// batch N. It holds one host batch at a time and gives its pinned buffer back
+// as soon as the copy out of it has finished.
+//
+// Typical wiring (the network loader takes its allocator at creation):
+//   auto device = DeviceLoader::Create(device_options);
+//   loader_options.allocator = (*device)->pinned_allocator();
+//   auto host = Loader::Create(loader_options);   // a BatchSource
+//   (*device)->Start(host->get());
+//   ... (*device)->Next() ...
+//   (*device)->Stop();  // before destroying the host loader
+//
+// Stream contract (CUDA):
+//   1. Next() returns as soon as a batch's work is *enqueued*; its data is
+//      ready only once ready_event() has completed. Before using the data on
+//      a stream S, call batch.WaitOn(S) (S waits on the GPU, the host does not
+//      block), or batch.Synchronize() to block the host.
+//   2. The output slot is reused only after the handle is released (Release
+//      or destruction) AND the work the consumer queued before releasing has
+//      finished: Release(S) records an event on S, and the loader's stream
+//      waits on that event before writing the slot again. Release() without a
+//      stream uses the stream of the last WaitOn(); if WaitOn was never called
+//      no event is recorded (the consumer must then have finished with the
+//      data, e.g. after Synchronize(), before releasing).
+//   3. So: WaitOn(S), enqueue the work reading the batch on S, then release
+//      (destroying the handle is enough when all use is on S). DLPack-style
+//      consumers can keep the handle in the capsule and release it in the
+//      deleter; the memory stays valid until then, even after the loader is
+//      stopped or destroyed.
+// With DeviceKind::kCpu there are no streams or events: the data is ready
+// when Next() returns, WaitOn/Synchronize are no-ops and a slot is reused as
+// soon as its handle is released.
+//
+// Thread-safety: Next() must be called from one thread at a time; Stop() and
+// pinned_allocator() from any thread. A DeviceBatch is not thread-safe, but
+// handles may be released (destroyed) on any thread.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "client/batch_source.h"
+#include "client/convert.h"
+#include "client/cuda_runtime.h"
+#include "client/host_batch.h"
+#include "client/pinned_pool.h"
+
+namespace stoker::client {
+
+enum class DeviceKind { kCpu, kCuda };
+
+// Parses "cpu", "cuda" (device 0) or "cuda:N". InvalidArgument otherwise.
+absl::Status ParseDevice(absl::string_view spec, DeviceKind* kind,
+                         int* device_id);
+
+struct DeviceLoaderOptions {
+  // Where batches are delivered. kCpu works everywhere; kCuda needs a GPU
+  // (Create returns FailedPrecondition without one). Default kCpu.
+  DeviceKind device = DeviceKind::kCpu;
+  // CUDA device ordinal (kCuda only). Default 0.
+  int device_id = 0;
+  // Output dtype, layout and normalization. Default float32 NCHW, ImageNet
+  // mean / std.
+  ConvertOptions convert;
+  // Host buffers for received batches; >= 1. Default 4. The network loader
+  // blocks when all are in use (received, not yet copied to the device); give
+  // it at least its prefetch depth + 1 (the device loader holds one).
+  int pinned_slots = 4;
+  // Converted batches that can exist at once, held by the consumer or
+  // converted ahead; >= 1. Default 4. Batches ahead = output_slots minus
+  // the batches the consumer holds.
+  int output_slots = 4;
+  // Largest batch, in uint8 pixel bytes (n * height * width * channels);
+  // required (> 0). Sizes the pinned slots (this many bytes each) and the
+  // output slots (this many elements of convert.dtype each).
+  size_t max_batch_bytes = 0;
+};
+
+class DeviceLoader;
+
+namespace internal {
+class OutputPool;
+}  // namespace internal
+
+// One converted batch. Move-only; owns its output slot until released.
+class DeviceBatch {
+ public:
+  // An empty handle (valid() is false).
+  DeviceBatch();
+  DeviceBatch(DeviceBatch&& other) noexcept;
+  DeviceBatch& operator=(DeviceBatch&& other) noexcept;
+  DeviceBatch(const DeviceBatch&) = delete;
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
+  // Release()s.
+  ~DeviceBatch();
+
+  bool valid() const { return pool_ != nullptr; }
+
+  DeviceKind device() const { return device_; }
+  // CUDA device ordinal (kCuda), else 0.
+  int device_id() const { return device_id_; }
+
+  // The converted pixels: device memory (kCuda) or host memory (kCpu), dense,
+  // dtype() elements in layout() order, shape() in memory order. Valid until
+  // the handle is released.
+  void* data() const { return data_; }
+  size_t data_bytes() const;
+  DType dtype() const { return dtype_; }
+  Layout layout() const { return layout_; }
+  // (n, c, h, w) for NCHW, (n, h, w, c) for NHWC.
+  std::array<int64_t, 4> shape() const;
+  // Dense strides of shape(), in elements.
+  std::array<int64_t, 4> strides() const;
+
+  // n labels as int64, in the same kind of memory as data() (device or
+  // host), ready with it.
+  const int64_t* labels() const { return labels_; }
+  int64_t size() const { return info_.n; }
+
+  // Everything about the batch except its pixels (info().pixels is empty):
+  // epoch, batch_index, shape, int32 labels on the host, sample_indices,
+  // keys, skipped samples, server timings and server.
+  const HostBatch& info() const { return info_; }
+  int64_t epoch() const { return info_.epoch; }
+  int64_t batch_index() const { return info_.batch_index; }
+
+  // Completes when the data is ready (kCuda); null for kCpu.
+  CudaEvent ready_event() const { return ready_event_; }
+
+  // Makes `consumer` wait (on the GPU) until the data is ready and remembers
+  // it as the stream Release() records on. No-op for kCpu. Errors: Internal
+  // for a CUDA error (e.g. a stream of another device); FailedPrecondition
+  // on an empty handle.
+  absl::Status WaitOn(CudaStream consumer);
+
+  // Blocks the calling thread until the data is ready. No-op for kCpu.
+  absl::Status Synchronize() const;
+
+  // Gives the slot back: records a release event on the stream of the last
+  // WaitOn (if any) so the slot is rewritten only after the work queued there
+  // so far. The handle becomes empty. Idempotent.
+  void Release();
+  // Same, recording on `consumer` (the stream the data was last used on).
+  void Release(CudaStream consumer);
+
+ private:
+  friend class DeviceLoader;
+
+  void ReleaseOn(std::optional<CudaStream> consumer);
+
+  std::shared_ptr<internal::OutputPool> pool_;
+  int slot_ = -1;
+  DeviceKind device_ = DeviceKind::kCpu;
+  int device_id_ = 0;
+  void* data_ = nullptr;
+  int64_t* labels_ = nullptr;
+  DType dtype_ = DType::kFloat32;
+  Layout layout_ = Layout::kNCHW;
+  HostBatch info_;
+  CudaEvent ready_event_ = nullptr;
+  // Stream of the last WaitOn.
+  std::optional<CudaStream> consumer_;
+};
+
+class DeviceLoader {
+ public:
+  // Validates `options` and allocates every buffer (see the top of this
+  // file). Errors: InvalidArgument naming the field (slots < 1,
+  // max_batch_bytes == 0, bad convert options); FailedPrecondition for kCuda
+  // without a usable device (message says so and suggests "cpu");
+  // ResourceExhausted / Internal if memory or CUDA objects cannot be created.
+  static absl::StatusOr<std::unique_ptr<DeviceLoader>> Create(
+      const DeviceLoaderOptions& options);
+
+  // Stop()s. Batches still held stay valid.
+  ~DeviceLoader();
+
+  DeviceLoader(const DeviceLoader&) = delete;
+  DeviceLoader& operator=(const DeviceLoader&) = delete;
+
+  // The pinned host buffers (a PixelAllocator), for the network loader:
+  // received pixels land in them. Batches whose pixels are elsewhere still
+  // work, with a slower synchronous copy from pageable memory. Owned by the
+  // loader; buffers handed out stay valid after it is destroyed. Allocate
+  // returns CANCELLED after Stop(). kCpu: ordinary memory.
+  PinnedPool* pinned_allocator();
+
+  // Starts the background thread pulling from `source` (not owned; must
+  // outlive Stop()). Call once. Errors: FailedPrecondition if already started
+  // or stopped, InvalidArgument for a null source.
+  absl::Status Start(BatchSource* source);
+
+  // The next batch, in the source's order. Blocks until one is converted
+  // (kCuda: enqueued, see the stream contract). Returns the source's errors
+  // in order, as the source returned them: OUT_OF_RANGE at the end of an
+  // epoch, or the error that stopped it. After handing out an error the
+  // loader does not call source->Next() again until the following Next()
+  // call, so the caller may start the source's next epoch in between (and
+  // that call then asks the source again). Other errors: CANCELLED after
+  // Stop(); FailedPrecondition before Start(); ResourceExhausted if the
+  // caller holds all output_slots batches (release one first: waiting would
+  // deadlock); InvalidArgument for a batch that does not fit max_batch_bytes
+  // or is malformed; Internal for a CUDA error. A batch error does not stop
+  // the loader.
+  absl::StatusOr<DeviceBatch> Next();
+
+  // Stops: cancels the source and the pinned pool, joins the background
+  // thread and waits for the loader's GPU work to finish. Idempotent; returns
+  // only when no work of the loader is in flight. Batches held by the caller
+  // stay valid and are released as usual.
+  void Stop();
+
+  const DeviceLoaderOptions& options() const { return options_; }
+
+ private:
+  DeviceLoader(const DeviceLoaderOptions& options,
+               std::unique_ptr<PinnedPool> pinned,
+               std::shared_ptr<internal::OutputPool> outputs, CudaStream stream,
+               void* staging);
+
+  void Run();
+  // Copies and converts one host batch into a free output slot. Moves all
+  // but the pixels into the result; `host` keeps the pixels, which must live
+  // until the batch's ready event has completed.
+  absl::StatusOr<DeviceBatch> Convert(HostBatch& host);
+
+  // Constant after construction.
+  const DeviceLoaderOptions options_;
+  const std::unique_ptr<PinnedPool> pinned_;
+  const std::shared_ptr<internal::OutputPool> outputs_;
+  // The loader's stream and device staging buffer (kCuda), else null. Used
+  // only by the background thread (and Stop after joining it).
+  const CudaStream stream_;
+  void* const staging_;
+
+  absl::Mutex stop_mu_;  // Serializes Stop() calls.
+  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
+
+  absl::Mutex mu_;
+  BatchSource* source_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread thread_;  // Started by Start(), joined by Stop().
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Converted batches and errors, in order. At most output_slots batches,
+  // plus one error: the thread pauses after queuing an error, until a Next()
+  // call finds the queue empty after the error was handed out.
+  std::deque<absl::StatusOr<DeviceBatch>> ready_ ABSL_GUARDED_BY(mu_);
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace stoker::client
+
+#endif  // STOKER_CLIENT_DEVICE_LOADER_H_

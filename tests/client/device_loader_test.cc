@@ -1,0 +1,390 @@
+#include "client/device_loader.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "client/convert.h"
+#include "client/cuda_runtime.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/client/fake_batch_source.h"
+
+namespace stoker::client {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+constexpr int kHeight = 8;
+constexpr int kWidth = 12;
+constexpr int kBatch = 4;
+constexpr size_t kMaxBytes = kBatch * kHeight * kWidth * 3;
+
+FakeBatchSpec Spec(int64_t epoch, int64_t index, int n = kBatch) {
+  FakeBatchSpec s;
+  s.epoch = epoch;
+  s.batch_index = index;
+  s.n = n;
+  s.height = kHeight;
+  s.width = kWidth;
+  s.channels = 3;
+  return s;
+}
+
+// What a batch's data() must hold: the host conversion of the fake pixels
+// (itself checked against an independent reference in convert_test).
+std::vector<uint8_t> Expected(const FakeBatchSpec& spec,
+                              const ConvertOptions& options) {
+  const std::vector<uint8_t> pixels = FakeBatchSource::Pixels(spec);
+  const ImageShape shape{spec.n, spec.height, spec.width, spec.channels};
+  std::vector<uint8_t> out(ConvertedBytes(shape, options.dtype));
+  EXPECT_TRUE(ConvertOnHost(pixels.data(), shape, options, out.data()).ok());
+  return out;
+}
+
+std::vector<uint8_t> Bytes(const DeviceBatch& b) {
+  const auto* p = static_cast<const uint8_t*>(b.data());
+  return std::vector<uint8_t>(p, p + b.data_bytes());
+}
+
+std::vector<int64_t> Labels(const DeviceBatch& b) {
+  return std::vector<int64_t>(b.labels(), b.labels() + b.size());
+}
+
+std::vector<int64_t> ExpectedLabels(const FakeBatchSpec& spec) {
+  std::vector<int64_t> out;
+  for (int i = 0; i < spec.n; ++i) {
+    out.push_back(FakeBatchSource::Label(spec.batch_index, i));
+  }
+  return out;
+}
+
+class DeviceLoaderTest : public ::testing::Test {
+ protected:
+  static DeviceLoaderOptions Options() {
+    DeviceLoaderOptions o;
+    o.device = DeviceKind::kCpu;
+    o.max_batch_bytes = kMaxBytes;
+    o.pinned_slots = 2;
+    o.output_slots = 3;
+    return o;
+  }
+
+  // Creates the loader, then a source writing into its pinned pool, and
+  // starts the loader on it.
+  void StartLoader(const DeviceLoaderOptions& options,
+                   bool source_uses_heap = false) {
+    absl::StatusOr<std::unique_ptr<DeviceLoader>> loader =
+        DeviceLoader::Create(options);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    loader_ = *std::move(loader);
+    source_ = std::make_unique<FakeBatchSource>(
+        source_uses_heap ? nullptr : loader_->pinned_allocator());
+  }
+
+  void Start() { ASSERT_TRUE(loader_->Start(source_.get()).ok()); }
+
+  // Declared first so the loader (which uses the source) goes first.
+  std::unique_ptr<FakeBatchSource> source_;
+  std::unique_ptr<DeviceLoader> loader_;
+};
+
+class DeviceLoaderFormatTest
+    : public DeviceLoaderTest,
+      public ::testing::WithParamInterface<std::tuple<DType, Layout>> {};
+
+TEST_P(DeviceLoaderFormatTest, DeliversEveryBatchInOrderWithInt64Labels) {
+  DeviceLoaderOptions options = Options();
+  options.convert.dtype = std::get<0>(GetParam());
+  options.convert.layout = std::get<1>(GetParam());
+  StartLoader(options);
+  std::vector<FakeBatchSpec> specs;
+  for (int i = 0; i < 6; ++i) specs.push_back(Spec(2, i, i == 5 ? 3 : kBatch));
+  for (const FakeBatchSpec& s : specs) source_->AddBatch(s);
+  source_->AddStatus(absl::OutOfRangeError("end of epoch 2"));
+  Start();
+
+  for (const FakeBatchSpec& spec : specs) {
+    absl::StatusOr<DeviceBatch> b = loader_->Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->device(), DeviceKind::kCpu);
+    EXPECT_EQ(b->epoch(), 2);
+    EXPECT_EQ(b->batch_index(), spec.batch_index);
+    EXPECT_EQ(b->dtype(), options.convert.dtype);
+    EXPECT_EQ(b->layout(), options.convert.layout);
+    const std::array<int64_t, 4> shape =
+        options.convert.layout == Layout::kNCHW
+            ? std::array<int64_t, 4>{spec.n, 3, kHeight, kWidth}
+            : std::array<int64_t, 4>{spec.n, kHeight, kWidth, 3};
+    EXPECT_EQ(b->shape(), shape);
+    EXPECT_EQ(b->strides()[3], 1);
+    EXPECT_EQ(b->strides()[0], shape[1] * shape[2] * shape[3]);
+    EXPECT_EQ(b->ready_event(), nullptr);
+    EXPECT_TRUE(b->WaitOn(nullptr).ok());
+    EXPECT_TRUE(b->Synchronize().ok());
+    EXPECT_EQ(Bytes(*b), Expected(spec, options.convert));
+    EXPECT_EQ(Labels(*b), ExpectedLabels(spec));
+    ASSERT_EQ(b->info().sample_indices.size(), static_cast<size_t>(spec.n));
+    EXPECT_EQ(b->info().sample_indices[1],
+              FakeBatchSource::SampleIndex(2, spec.batch_index, 1));
+    EXPECT_EQ(b->info().keys.size(), static_cast<size_t>(spec.n));
+    EXPECT_EQ(b->info().server, "fake:0");
+    EXPECT_EQ(b->info().pixels.data(), nullptr);
+  }
+  absl::StatusOr<DeviceBatch> end = loader_->Next();
+  EXPECT_EQ(end.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(end.status().message(), HasSubstr("end of epoch 2"));
+  // Every pinned slot went back to the pool once its batch was converted.
+  EXPECT_EQ(loader_->pinned_allocator()->free_slots(), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllFormats, DeviceLoaderFormatTest,
+    ::testing::Combine(::testing::Values(DType::kUint8, DType::kFloat32,
+                                         DType::kFloat16, DType::kBFloat16),
+                       ::testing::Values(Layout::kNCHW, Layout::kNHWC)),
+    [](const auto& info) {
+      return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
+                             LayoutName(std::get<1>(info.param)));
+    });
+
+TEST_F(DeviceLoaderTest, EndOfEpochPropagatesAndTheNextEpochFollows) {
+  StartLoader(Options());
+  source_->AddBatch(Spec(0, 0));
+  source_->AddBatch(Spec(0, 1));
+  source_->AddStatus(absl::OutOfRangeError("epoch 0 done"));
+  source_->AddBatch(Spec(1, 0));
+  source_->AddStatus(absl::OutOfRangeError("epoch 1 done"));
+  Start();
+  std::vector<std::pair<int64_t, int64_t>> got;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    while (true) {
+      absl::StatusOr<DeviceBatch> b = loader_->Next();
+      if (!b.ok()) {
+        EXPECT_EQ(b.status().code(), absl::StatusCode::kOutOfRange);
+        EXPECT_THAT(b.status().message(),
+                    HasSubstr(absl::StrFormat("epoch %d done", epoch)));
+        break;
+      }
+      got.emplace_back(b->epoch(), b->batch_index());
+    }
+  }
+  EXPECT_EQ(got, (std::vector<std::pair<int64_t, int64_t>>{
+                     {0, 0}, {0, 1}, {1, 0}}));
+}
+
+TEST_F(DeviceLoaderTest, DoesNotAskTheSourceAgainUntilNextAfterAnError) {
+  StartLoader(Options());
+  // Like the network loader: after an epoch ends, asking again before the
+  // next epoch is started gives an error.
+  source_->ReturnWhenExhausted(absl::FailedPreconditionError("no epoch"));
+  source_->AddBatch(Spec(0, 0));
+  source_->AddStatus(absl::OutOfRangeError("epoch 0 done"));
+  Start();
+  EXPECT_EQ(loader_->Next()->batch_index(), 0);
+  EXPECT_EQ(loader_->Next().status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(source_->next_calls(), 2);
+  // "StartEpoch(1)" between the two Next() calls.
+  source_->AddBatch(Spec(1, 0));
+  absl::StatusOr<DeviceBatch> b = loader_->Next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->epoch(), 1);
+}
+
+TEST_F(DeviceLoaderTest, SourceErrorsPropagateInOrder) {
+  StartLoader(Options());
+  source_->AddBatch(Spec(0, 0));
+  source_->AddBatch(Spec(0, 1));
+  source_->AddStatus(absl::DataLossError("shard 7 is corrupt"));
+  Start();
+  EXPECT_EQ(loader_->Next()->batch_index(), 0);
+  EXPECT_EQ(loader_->Next()->batch_index(), 1);
+  absl::StatusOr<DeviceBatch> err = loader_->Next();
+  EXPECT_EQ(err.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(err.status().message(), HasSubstr("shard 7 is corrupt"));
+}
+
+TEST_F(DeviceLoaderTest, BadBatchesAreReportedAndTheLoaderGoesOn) {
+  DeviceLoaderOptions options = Options();
+  // The heap-backed source can make a batch too large for the slots.
+  StartLoader(options, /*source_uses_heap=*/true);
+  source_->AddBatch(Spec(0, 0, kBatch + 1));
+  source_->AddMalformedBatch(Spec(0, 1));
+  source_->AddBatch(Spec(0, 2));
+  Start();
+  absl::StatusOr<DeviceBatch> too_big = loader_->Next();
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_big.status().message(), HasSubstr("max_batch_bytes"));
+  absl::StatusOr<DeviceBatch> malformed = loader_->Next();
+  EXPECT_EQ(malformed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(malformed.status().message(), HasSubstr("batch 1"));
+  absl::StatusOr<DeviceBatch> good = loader_->Next();
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(Bytes(*good), Expected(Spec(0, 2), options.convert));
+}
+
+TEST_F(DeviceLoaderTest, HeldBatchIsNeverOverwritten) {
+  DeviceLoaderOptions options = Options();
+  options.output_slots = 3;
+  StartLoader(options);
+  for (int i = 0; i < 12; ++i) source_->AddBatch(Spec(0, i));
+  Start();
+  absl::StatusOr<DeviceBatch> held = loader_->Next();
+  ASSERT_TRUE(held.ok());
+  const std::vector<uint8_t> want = Expected(Spec(0, 0), options.convert);
+  std::set<void*> others;
+  for (int i = 1; i < 12; ++i) {
+    absl::StatusOr<DeviceBatch> b = loader_->Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_NE(b->data(), held->data());
+    EXPECT_EQ(Bytes(*b), Expected(Spec(0, i), options.convert));
+    others.insert(b->data());
+    // `b` is released here and its slot reused by later batches.
+  }
+  // Only the two other slots were used; the held one was never rewritten.
+  EXPECT_LE(others.size(), 2u);
+  EXPECT_EQ(Bytes(*held), want);
+  EXPECT_EQ(Labels(*held), ExpectedLabels(Spec(0, 0)));
+}
+
+TEST_F(DeviceLoaderTest, NextWithEverySlotHeldIsResourceExhausted) {
+  DeviceLoaderOptions options = Options();
+  options.output_slots = 2;
+  StartLoader(options);
+  for (int i = 0; i < 4; ++i) source_->AddBatch(Spec(0, i));
+  Start();
+  absl::StatusOr<DeviceBatch> a = loader_->Next();
+  absl::StatusOr<DeviceBatch> b = loader_->Next();
+  ASSERT_TRUE(a.ok() && b.ok());
+  absl::StatusOr<DeviceBatch> c = loader_->Next();
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  a->Release();
+  EXPECT_FALSE(a->valid());
+  c = loader_->Next();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->batch_index(), 2);
+  EXPECT_EQ(Bytes(*b), Expected(Spec(0, 1), options.convert));
+}
+
+TEST_F(DeviceLoaderTest, StopWithBatchesOutstandingReturnsCleanly) {
+  DeviceLoaderOptions options = Options();
+  options.output_slots = 3;
+  StartLoader(options);
+  for (int i = 0; i < 5; ++i) source_->AddBatch(Spec(0, i));
+  Start();
+  absl::StatusOr<DeviceBatch> a = loader_->Next();
+  absl::StatusOr<DeviceBatch> b = loader_->Next();
+  ASSERT_TRUE(a.ok() && b.ok());
+  // The background thread is now blocked on the third slot or the source.
+  loader_->Stop();
+  loader_->Stop();
+  EXPECT_EQ(loader_->Next().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(loader_->pinned_allocator()->Allocate(1).status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(Bytes(*a), Expected(Spec(0, 0), options.convert));
+  a->Release();
+  loader_.reset();
+  // Still valid after the loader is gone; released by its destructor.
+  EXPECT_EQ(Bytes(*b), Expected(Spec(0, 1), options.convert));
+  EXPECT_EQ(Labels(*b), ExpectedLabels(Spec(0, 1)));
+}
+
+TEST_F(DeviceLoaderTest, StopUnblocksASourceWaitingForData) {
+  StartLoader(Options());
+  Start();  // empty script: the thread blocks in source->Next()
+  while (source_->next_calls() == 0) std::this_thread::yield();
+  loader_->Stop();
+  EXPECT_EQ(loader_->Next().status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(DeviceLoaderTest, MovedBatchReleasesItsSlotOnce) {
+  DeviceLoaderOptions options = Options();
+  options.output_slots = 2;
+  StartLoader(options);
+  for (int i = 0; i < 3; ++i) source_->AddBatch(Spec(0, i));
+  Start();
+  absl::StatusOr<DeviceBatch> a = loader_->Next();
+  ASSERT_TRUE(a.ok());
+  DeviceBatch moved = *std::move(a);
+  EXPECT_TRUE(moved.valid());
+  DeviceBatch other;
+  other = std::move(moved);
+  EXPECT_FALSE(moved.valid());
+  absl::StatusOr<DeviceBatch> b = loader_->Next();
+  ASSERT_TRUE(b.ok());
+  // Both slots are held (through `other` and `b`).
+  EXPECT_EQ(loader_->Next().status().code(),
+            absl::StatusCode::kResourceExhausted);
+  other = DeviceBatch();
+  absl::StatusOr<DeviceBatch> c = loader_->Next();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->batch_index(), 2);
+  EXPECT_EQ(other.WaitOn(nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DeviceLoaderTest, StartAndNextPreconditions) {
+  StartLoader(Options());
+  EXPECT_EQ(loader_->Next().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(loader_->Start(nullptr).code(), absl::StatusCode::kInvalidArgument);
+  Start();
+  EXPECT_EQ(loader_->Start(source_.get()).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DeviceLoaderTest, CreateRejectsBadOptions) {
+  DeviceLoaderOptions o = Options();
+  o.max_batch_bytes = 0;
+  absl::Status s = DeviceLoader::Create(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("max_batch_bytes"));
+  o = Options();
+  o.output_slots = 0;
+  EXPECT_THAT(DeviceLoader::Create(o).status().message(),
+              HasSubstr("output_slots"));
+  o = Options();
+  o.pinned_slots = 0;
+  EXPECT_THAT(DeviceLoader::Create(o).status().message(),
+              HasSubstr("pinned_slots"));
+  o = Options();
+  o.convert.std[0] = 0;
+  EXPECT_EQ(DeviceLoader::Create(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DeviceLoaderTest, CudaWithoutAGpuIsFailedPrecondition) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is present";
+  DeviceLoaderOptions o = Options();
+  o.device = DeviceKind::kCuda;
+  absl::Status s = DeviceLoader::Create(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("\"cpu\""));
+}
+
+TEST_F(DeviceLoaderTest, ParsesDeviceNames) {
+  DeviceKind kind;
+  int id = -1;
+  ASSERT_TRUE(ParseDevice("cpu", &kind, &id).ok());
+  EXPECT_EQ(kind, DeviceKind::kCpu);
+  ASSERT_TRUE(ParseDevice("cuda", &kind, &id).ok());
+  EXPECT_EQ(kind, DeviceKind::kCuda);
+  EXPECT_EQ(id, 0);
+  ASSERT_TRUE(ParseDevice("cuda:3", &kind, &id).ok());
+  EXPECT_EQ(id, 3);
+  EXPECT_EQ(ParseDevice("cuda:-1", &kind, &id).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDevice("gpu", &kind, &id).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoker::client
