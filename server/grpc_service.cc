@@ -1,6 +1,7 @@
 #include "server/grpc_service.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,8 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
  private:
+  enum class Action { kNothing, kWrite, kWriteLast, kFinish };
+
   // Lets the stream's on_ready callback reach the reactor only while it is
   // alive: OnDone clears `reactor` under `mu`, which the callback holds.
   struct Link {
@@ -117,68 +120,95 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     if (stream != nullptr) stream->Cancel();
   }
 
+  // gRPC forbids starting an operation after Finish(), and a reactor may
+  // be deleted as soon as Finish() is done, so StartWrite and Finish are
+  // serialized by `op_busy_` (a token held while calling gRPC, without mu_
+  // so that inline reactions cannot deadlock). A Finish requested while the
+  // token is out is carried out by the token holder.
   void FinishOnce(const grpc::Status& status) {
     {
       absl::MutexLock lock(&mu_);
-      if (finished_) return;
+      if (finished_ || pending_finish_.has_value()) return;
+      if (op_busy_) {
+        pending_finish_ = status;
+        return;
+      }
       finished_ = true;
+      op_busy_ = true;
     }
     Finish(status);
+    // The reactor may already be gone: do not touch members after Finish.
   }
 
   // Starts the next write if none is in flight and something is ready.
   void Pump() {
-    enum { kNothing, kWrite, kWriteLast, kFinish } action = kNothing;
-    grpc::Status final_status;
-    {
-      absl::MutexLock lock(&mu_);
-      if (write_in_flight_ || finished_ || stream_ == nullptr) return;
-      BatchStream::Polled polled = stream_->Poll();
-      switch (polled.kind) {
-        case BatchStream::Polled::Kind::kBatch:
-          buffer_ = EncodeBatch(std::move(polled.batch));
-          write_in_flight_ = true;
-          action = kWrite;
-          break;
-        case BatchStream::Polled::Kind::kSummary: {
-          v1::StreamBatchesResponse response;
-          *response.mutable_summary() = polled.summary;
-          buffer_ = SerializedBuffer(response.SerializeAsString());
-          write_in_flight_ = true;
+    while (true) {
+      Action action = Action::kNothing;
+      grpc::Status final_status;
+      {
+        absl::MutexLock lock(&mu_);
+        if (op_busy_ || finished_) return;
+        if (pending_finish_.has_value()) {
+          final_status = *pending_finish_;
           finished_ = true;
-          action = kWriteLast;
-          spdlog::debug("stream from {} done: {} batches, {} samples, {} "
-                        "skipped",
-                        peer_, polled.summary.batches(),
-                        polled.summary.samples(),
-                        polled.summary.skipped_samples());
-          break;
+          action = Action::kFinish;
+        } else if (stream_ != nullptr && !write_in_flight_) {
+          action = Decide(&final_status);
         }
-        case BatchStream::Polled::Kind::kError:
-          finished_ = true;
-          final_status = common::ToGrpcStatus(polled.error);
-          action = kFinish;
-          spdlog::warn("stream from {} failed: {}", peer_,
-                       polled.error.ToString());
+        if (action == Action::kNothing) return;
+        op_busy_ = true;
+      }
+      switch (action) {
+        case Action::kWrite:
+          StartWrite(&buffer_);
           break;
-        case BatchStream::Polled::Kind::kNotReady:
-        case BatchStream::Polled::Kind::kEnd:
+        case Action::kWriteLast:
+          StartWriteAndFinish(&buffer_, grpc::WriteOptions(),
+                              grpc::Status::OK);
+          return;  // the reactor may be gone
+        case Action::kFinish:
+          Finish(final_status);
+          return;  // the reactor may be gone
+        case Action::kNothing:
           break;
       }
+      absl::MutexLock lock(&mu_);
+      op_busy_ = false;
+      // Loop: a Finish may have been requested, or the write may already
+      // be done (reactions can run inline).
     }
-    switch (action) {
-      case kWrite:
-        StartWrite(&buffer_);
-        break;
-      case kWriteLast:
-        StartWriteAndFinish(&buffer_, grpc::WriteOptions(), grpc::Status::OK);
-        break;
-      case kFinish:
-        Finish(final_status);
-        break;
-      case kNothing:
+  }
+
+  // Polls the stream; prepares buffer_ and returns what to start.
+  Action Decide(grpc::Status* final_status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    BatchStream::Polled polled = stream_->Poll();
+    switch (polled.kind) {
+      case BatchStream::Polled::Kind::kBatch:
+        buffer_ = EncodeBatch(std::move(polled.batch));
+        write_in_flight_ = true;
+        return Action::kWrite;
+      case BatchStream::Polled::Kind::kSummary: {
+        v1::StreamBatchesResponse response;
+        *response.mutable_summary() = polled.summary;
+        buffer_ = SerializedBuffer(response.SerializeAsString());
+        write_in_flight_ = true;
+        finished_ = true;
+        spdlog::debug("stream from {} done: {} batches, {} samples, {} skipped",
+                      peer_, polled.summary.batches(), polled.summary.samples(),
+                      polled.summary.skipped_samples());
+        return Action::kWriteLast;
+      }
+      case BatchStream::Polled::Kind::kError:
+        finished_ = true;
+        *final_status = common::ToGrpcStatus(polled.error);
+        spdlog::warn("stream from {} failed: {}", peer_,
+                     polled.error.ToString());
+        return Action::kFinish;
+      case BatchStream::Polled::Kind::kNotReady:
+      case BatchStream::Polled::Kind::kEnd:
         break;
     }
+    return Action::kNothing;
   }
 
   const std::string peer_;
@@ -190,6 +220,9 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Someone is calling StartWrite/Finish (see FinishOnce).
+  bool op_busy_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

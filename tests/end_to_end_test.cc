@@ -231,7 +231,12 @@ TEST_F(EndToEndTest, SkipsAndReportsCorruptTruncatedAndUnlabeledSamples) {
   auto failed = ReadEpoch(**strict, 0);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("garbage"));
+  // Whichever bad sample a stream met first; the message names it and its shard.
+  EXPECT_THAT(std::string(failed.status().message()),
+              ::testing::ContainsRegex(
+                  "sample '(garbage|halfjpeg|nolabel|badlabel|cutoff)'"));
+  EXPECT_THAT(std::string(failed.status().message()),
+              HasSubstr("bad-000000.tar"));
 
   // And the server still serves.
   auto again = client::Loader::Create(TestLoaderOptions(cluster->specs(), kDataset, 2));
@@ -264,6 +269,10 @@ class RawClient {
   std::unique_ptr<v1::Stoker::Stub> stub_;
 };
 
+// A request whose stream cannot fit in gRPC's flow-control windows (30
+// batches of 768 KiB), so a client that stops reading really holds it open.
+v1::StreamBatchesRequest LargeRequest();
+
 v1::StreamBatchesRequest ValidRequest() {
   v1::StreamBatchesRequest request;
   v1::EpochPlanSpec* plan = request.mutable_plan();
@@ -271,6 +280,14 @@ v1::StreamBatchesRequest ValidRequest() {
   *plan->mutable_transform() = *common::ParseTransform("RandomResizedCrop(16)");
   plan->set_batch_size(4);
   plan->set_world_size(1);
+  return request;
+}
+
+v1::StreamBatchesRequest LargeRequest() {
+  v1::StreamBatchesRequest request = ValidRequest();
+  request.mutable_plan()->set_batch_size(1);
+  *request.mutable_plan()->mutable_transform() =
+      *common::ParseTransform("RandomResizedCrop(512)");
   return request;
 }
 
@@ -352,13 +369,35 @@ TEST_F(EndToEndTest, StreamsBeyondMaxStreamsAreRefused) {
   RawClient client(cluster->address(0));
   // Hold one stream open by not reading past its first message.
   grpc::ClientContext held_context;
-  auto held = client.stub().StreamBatches(&held_context, ValidRequest());
+  auto held = client.stub().StreamBatches(&held_context, LargeRequest());
   v1::StreamBatchesResponse first;
   ASSERT_TRUE(held->Read(&first));
   grpc::Status refused = client.Stream(ValidRequest());
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(), HasSubstr("--max_streams"));
   held_context.TryCancel();
+  held->Finish();
+}
+
+TEST_F(EndToEndTest, ClientThatStopsReadingSlowsOnlyItsOwnStream) {
+  server::DataServiceOptions options = Cluster::DefaultServiceOptions();
+  options.worker_threads = 1;
+  options.stream.max_inflight_batches = 1;
+  auto cluster = StartCluster(options);
+  ASSERT_NE(cluster, nullptr);
+  RawClient stalled(cluster->address(0));
+  grpc::ClientContext stalled_context;
+  auto held = stalled.stub().StreamBatches(&stalled_context, LargeRequest());
+  v1::StreamBatchesResponse first;
+  ASSERT_TRUE(held->Read(&first));
+  // The stalled stream keeps its one worker free for others.
+  auto loader =
+      client::Loader::Create(TestLoaderOptions(cluster->specs(), kDataset, 4));
+  ASSERT_TRUE(loader.ok());
+  auto batches = ReadEpoch(**loader, 0);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  EXPECT_EQ(batches->size(), 8u);
+  stalled_context.TryCancel();
   held->Finish();
 }
 
