@@ -38,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/channel.h"
 #include "client/host_batch.h"
 #include "client/stream_reader.h"
 #include "common/batch_wire.h"
@@ -264,8 +265,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(1 << 30);
+  // The real client's settings, plus any --grpc_args on top.
+  grpc::ChannelArguments args = stoker::client::StokerChannelArguments(1 << 30);
   for (const auto& [name, value] : *grpc_args) args.SetInt(name, value);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),

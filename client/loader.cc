@@ -7,11 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/channel.h"
 #include "client/stream_reader.h"
 #include "common/epoch_plan.h"
 #include "common/grpc_status.h"
 #include "common/transform_spec.h"
-#include "grpcpp/create_channel.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/stoker.grpc.pb.h"
 #include "spdlog/spdlog.h"
@@ -43,22 +43,6 @@ struct Loader::ActiveStream {
 };
 
 namespace {
-
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           int max_message_bytes) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(max_message_bytes);
-  args.SetMaxSendMessageSize(4 << 20);
-  // Reconnect quickly to a server that comes back; our own back-off
-  // decides when to use it again.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  // One connection per endpoint object, not shared with other channels.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   args);
-}
 
 bool Fatal(absl::StatusCode code) {
   // The request itself is wrong, or the data is bad everywhere.
@@ -174,7 +158,7 @@ absl::Status Loader::Init() {
       auto endpoint = std::make_unique<Endpoint>();
       endpoint->address = address;
       endpoint->origin = origin;
-      endpoint->channel = MakeChannel(address, options_.max_message_bytes);
+      endpoint->channel = MakeStokerChannel(address, options_.max_message_bytes);
       endpoint->stub = v1::Stoker::NewStub(endpoint->channel);
       endpoints_.push_back(std::move(endpoint));
     }
@@ -267,7 +251,7 @@ void Loader::AddEndpointLocked(const std::string& address) {
   // Used for addresses found by re-resolution; `origin` is set by caller.
   auto endpoint = std::make_unique<Endpoint>();
   endpoint->address = address;
-  endpoint->channel = MakeChannel(address, options_.max_message_bytes);
+  endpoint->channel = MakeStokerChannel(address, options_.max_message_bytes);
   endpoint->stub = v1::Stoker::NewStub(endpoint->channel);
   Endpoint* raw = endpoint.get();
   endpoints_.push_back(std::move(endpoint));
@@ -434,7 +418,8 @@ void Loader::FetchLoop(Endpoint* endpoint) {
     absl::Status status;
     const int64_t first_missing = RunRange(endpoint, range, generation, &status);
     absl::MutexLock lock(&mu_);
-    if (generation != generation_) continue;  // an abandoned epoch
+    // An abandoned epoch or a loader shutting down: not a server failure.
+    if (generation != generation_ || stopping_) continue;
     if (first_missing < range.end) {
       ReturnRangeLocked({first_missing, range.end});
       stats_.reissued_batches += range.end - first_missing;

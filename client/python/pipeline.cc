@@ -1,0 +1,313 @@
+#include "client/python/pipeline.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/epoch_plan.h"
+#include "common/transform_spec.h"
+
+namespace stoker::client::python {
+namespace {
+
+void AddStats(const LoaderStats& from, LoaderStats* into) {
+  into->batches += from.batches;
+  into->samples += from.samples;
+  into->pixel_bytes += from.pixel_bytes;
+  into->skipped_samples += from.skipped_samples;
+  into->consumer_wait += from.consumer_wait;
+  into->server_read_ns += from.server_read_ns;
+  into->server_decode_ns += from.server_decode_ns;
+  into->server_transform_ns += from.server_transform_ns;
+  into->stream_failures += from.stream_failures;
+  into->stalls += from.stalls;
+  into->reissued_batches += from.reissued_batches;
+  into->duplicate_batches_dropped += from.duplicate_batches_dropped;
+  for (const auto& [server, n] : from.batches_by_server) {
+    into->batches_by_server[server] += n;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
+    const PipelineOptions& options) {
+  PipelineOptions resolved = options;
+  resolved.loader.allocator = nullptr;
+  // Checked before Build sizes the buffers by it.
+  if (resolved.loader.batch_size < 1 ||
+      resolved.loader.batch_size > common::kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size must be in [1, ", common::kMaxBatchSize,
+                     "], got ", resolved.loader.batch_size));
+  }
+  if (resolved.loader.prefetch_batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefetch must be >= 1, got ", resolved.loader.prefetch_batches));
+  }
+  absl::StatusOr<std::pair<int, int>> size =
+      common::OutputSize(resolved.loader.transform);
+  if (!size.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transform: ", size.status().message()));
+  }
+  if (resolved.device.max_batch_bytes == 0) {
+    resolved.device.max_batch_bytes =
+        static_cast<size_t>(resolved.loader.batch_size) * size->first *
+        size->second * 3;
+  }
+  if (resolved.device.pinned_slots == 0) {
+    resolved.device.pinned_slots = resolved.loader.prefetch_batches + 2;
+  }
+  std::unique_ptr<Pipeline> pipeline(new Pipeline(resolved));
+  if (absl::Status s = pipeline->Build(); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&pipeline->mu_);
+    pipeline->num_batches_ = pipeline->loader_->num_batches();
+    pipeline->dataset_samples_ = pipeline->loader_->dataset_samples();
+    pipeline->plan_id_ = pipeline->loader_->plan_id();
+  }
+  Pipeline* raw = pipeline.get();
+  pipeline->waiter_ = std::thread([raw] { raw->WaiterLoop(); });
+  return pipeline;
+}
+
+Pipeline::Pipeline(const PipelineOptions& options) : options_(options) {}
+
+Pipeline::~Pipeline() {
+  {
+    absl::MutexLock consumer(&consumer_mu_);
+    Teardown();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+  }
+  if (waiter_.joinable()) waiter_.join();
+}
+
+absl::Status Pipeline::Build() {
+  absl::StatusOr<std::unique_ptr<DeviceLoader>> device =
+      DeviceLoader::Create(options_.device);
+  if (!device.ok()) return device.status();
+  LoaderOptions loader_options = options_.loader;
+  loader_options.allocator = (*device)->pinned_allocator();
+  // Declared after `device`, so destroyed before it on every path (the
+  // loader's fetch threads allocate from the device loader's pool).
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(loader_options);
+  if (!loader.ok()) return loader.status();
+  if (!plan_id_.empty() && (*loader)->plan_id() != plan_id_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the servers' dataset '", options_.loader.dataset,
+        "' changed since this loader was created (plan ",
+        (*loader)->plan_id(), ", was ", plan_id_,
+        "); create a new loader"));
+  }
+  absl::MutexLock lock(&mu_);
+  device_ = *std::move(device);
+  loader_ = *std::move(loader);
+  phase_ = Phase::kFresh;
+  return absl::OkStatus();
+}
+
+void Pipeline::Teardown() {
+  DeviceLoader* device;
+  // Taken before stopping: the network loader counts the streams its own
+  // cancellation ends as failures and reissued batches.
+  std::optional<LoaderStats> final_stats;
+  {
+    absl::MutexLock lock(&mu_);
+    device = device_.get();
+    if (loader_ != nullptr) final_stats = loader_->stats();
+  }
+  // Cancels the network loader and the pinned pool too; a waiter blocked in
+  // device->Next() returns CANCELLED.
+  if (device != nullptr) device->Stop();
+  std::unique_ptr<Loader> loader;
+  std::unique_ptr<DeviceLoader> stopped;
+  std::optional<absl::StatusOr<DeviceBatch>> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](Pipeline* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+          return !p->request_ && !p->in_flight_;
+        },
+        this));
+    dropped = std::move(result_);
+    result_.reset();
+    if (final_stats.has_value()) AddStats(*final_stats, &retired_);
+    loader = std::move(loader_);
+    stopped = std::move(device_);
+    phase_ = Phase::kBroken;
+  }
+  // Outside the lock, so stats() stays responsive while threads are joined.
+  // The network loader goes before the device loader that owns its pool.
+  loader.reset();
+  stopped.reset();
+}
+
+void Pipeline::WaiterLoop() {
+  mu_.Lock();
+  while (true) {
+    mu_.Await(absl::Condition(
+        +[](Pipeline* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+          return p->shutdown_ || p->request_;
+        },
+        this));
+    if (shutdown_) break;
+    request_ = false;
+    in_flight_ = true;
+    // device_ is not replaced while a request is pending or in flight
+    // (Teardown waits for both to clear).
+    DeviceLoader* device = device_.get();
+    mu_.Unlock();
+    absl::StatusOr<DeviceBatch> batch =
+        device != nullptr
+            ? device->Next()
+            : absl::StatusOr<DeviceBatch>(
+                  absl::FailedPreconditionError("no device loader"));
+    mu_.Lock();
+    in_flight_ = false;
+    result_ = std::move(batch);
+  }
+  mu_.Unlock();
+}
+
+absl::Status Pipeline::Start(const Cursor& cursor) {
+  if (cursor.plan_id != plan_id_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the state belongs to plan ", cursor.plan_id,
+        ", this loader's plan is ", plan_id_,
+        " (dataset, transform, batch size, seed, rank, world size, shuffle "
+        "and drop_last must match)"));
+  }
+  if (cursor.epoch < 0 || cursor.next_batch < 0 ||
+      cursor.next_batch > num_batches_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot start at epoch ", cursor.epoch, ", batch ", cursor.next_batch,
+        ": the epoch must be >= 0 and the batch in [0, ", num_batches_, "]"));
+  }
+  for (int64_t b : cursor.delivered_after) {
+    if (b < cursor.next_batch || b >= num_batches_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cursor lists batch ", b, " outside [", cursor.next_batch, ", ",
+          num_batches_, ")"));
+    }
+  }
+  absl::MutexLock consumer(&consumer_mu_);
+  Phase phase;
+  {
+    absl::MutexLock lock(&mu_);
+    phase = phase_;
+  }
+  if (phase != Phase::kFresh && phase != Phase::kEnded) {
+    Teardown();
+    {
+      absl::MutexLock lock(&mu_);
+      ++rebuilds_;
+    }
+    if (absl::Status s = Build(); !s.ok()) return s;
+  }
+  absl::MutexLock lock(&mu_);
+  // The device loader is not running (kFresh) or paused after handing out
+  // the end of the epoch (kEnded), so the network loader has no other
+  // consumer now.
+  if (absl::Status s = loader_->Resume(cursor); !s.ok()) {
+    phase_ = Phase::kBroken;
+    return s;
+  }
+  if (phase_ == Phase::kFresh) {
+    if (absl::Status s = device_->Start(loader_.get()); !s.ok()) {
+      phase_ = Phase::kBroken;
+      return s;
+    }
+  }
+  epoch_ = cursor.epoch;
+  next_batch_ = cursor.next_batch;
+  delivered_after_ = std::set<int64_t>(cursor.delivered_after.begin(),
+                                       cursor.delivered_after.end());
+  while (delivered_after_.erase(next_batch_) > 0) ++next_batch_;
+  phase_ = Phase::kRunning;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<DeviceBatch>> Pipeline::Next(
+    absl::Duration timeout) {
+  absl::MutexLock consumer(&consumer_mu_);
+  absl::MutexLock lock(&mu_);
+  switch (phase_) {
+    case Phase::kFresh:
+      return absl::FailedPreconditionError("call Start() before Next()");
+    case Phase::kBroken:
+      return absl::FailedPreconditionError(
+          "the epoch was abandoned or failed; call Start() again");
+    case Phase::kEnded:
+      return absl::OutOfRangeError(absl::StrCat("end of epoch ", epoch_));
+    case Phase::kRunning:
+      break;
+  }
+  if (!result_.has_value() && !request_ && !in_flight_) request_ = true;
+  const absl::Time start = absl::Now();
+  mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](Pipeline* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+            return p->result_.has_value();
+          },
+          this),
+      timeout);
+  consumer_wait_ += absl::Now() - start;
+  if (!result_.has_value()) return std::optional<DeviceBatch>();
+  absl::StatusOr<DeviceBatch> batch = *std::move(result_);
+  result_.reset();
+  if (!batch.ok()) {
+    if (absl::IsOutOfRange(batch.status())) {
+      phase_ = Phase::kEnded;
+    } else if (!absl::IsResourceExhausted(batch.status())) {
+      phase_ = Phase::kBroken;
+    }
+    return batch.status();
+  }
+  const int64_t index = batch->batch_index();
+  if (index == next_batch_) {
+    ++next_batch_;
+    while (delivered_after_.erase(next_batch_) > 0) ++next_batch_;
+  } else {
+    delivered_after_.insert(index);
+  }
+  ++batches_;
+  samples_ += batch->size();
+  skipped_ += static_cast<int64_t>(batch->info().skipped.size());
+  return std::optional<DeviceBatch>(*std::move(batch));
+}
+
+void Pipeline::Abandon() {
+  absl::MutexLock consumer(&consumer_mu_);
+  Teardown();
+}
+
+Cursor Pipeline::cursor() const {
+  absl::MutexLock lock(&mu_);
+  Cursor cursor;
+  cursor.plan_id = plan_id_;
+  cursor.epoch = epoch_;
+  cursor.next_batch = next_batch_;
+  cursor.delivered_after.assign(delivered_after_.begin(),
+                                delivered_after_.end());
+  return cursor;
+}
+
+PipelineStats Pipeline::stats() const {
+  absl::MutexLock lock(&mu_);
+  PipelineStats stats;
+  stats.loader = retired_;
+  if (loader_ != nullptr) AddStats(loader_->stats(), &stats.loader);
+  stats.batches = batches_;
+  stats.samples = samples_;
+  stats.skipped_samples = skipped_;
+  stats.consumer_wait = consumer_wait_;
+  stats.rebuilds = rebuilds_;
+  return stats;
+}
+
+}  // namespace stoker::client::python

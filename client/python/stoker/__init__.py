@@ -1,0 +1,86 @@
+"""Stoker for PyTorch: decoded, augmented image batches from Stoker servers.
+
+    import stoker, torch
+
+    loader = stoker.Loader(
+        servers="stoker-0:50051,stoker-1:50051",   # or a list, or dns:///name:port
+        dataset="train",
+        batch_size=256,
+        transform="RandomResizedCrop(224)|RandomHorizontalFlip()",
+        device="cuda", dtype=torch.bfloat16, channels_last=True)
+    for epoch in range(90):
+        loader.set_epoch(epoch)
+        for images, labels in loader:      # torch tensors on the device
+            ...
+
+Batches arrive without a copy (DLPack): `images` is (N, 3, H, W) with
+channels-last strides when channels_last=True, `labels` is int64 (N,). See
+`Loader` for epochs, ranks, checkpointing (state_dict) and statistics.
+
+Errors are `StokerError` (a RuntimeError) subclasses that carry the status
+code name in `.code`:
+
+    StokerError(RuntimeError)
+      InvalidArgumentError(StokerError, ValueError)   bad argument, option,
+                                                      transform or state dict
+      NotFoundError(StokerError, LookupError)         unknown dataset
+      UnavailableError                                no server reachable for
+                                                      unavailable_timeout
+      FailedPreconditionError                         e.g. device="cuda"
+                                                      without a GPU
+      DataLossError                                   corrupt sample with
+                                                      fail_on_bad_sample=True
+      ResourceExhaustedError                          every output buffer is
+                                                      held by earlier batches
+      CancelledError
+
+so `except ValueError` catches bad arguments and `except stoker.StokerError`
+catches everything Stoker raises (KeyboardInterrupt aside).
+"""
+
+from stoker._stoker import (
+    CancelledError,
+    Checksum,
+    DataLossError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    StokerError,
+    UnavailableError,
+    set_log_level,
+)
+from stoker.loader import IMAGENET_MEAN, IMAGENET_STD, Loader
+
+__version__ = "0.1.0"
+
+# Exceptions raised from Python code get the same `.code` as those raised
+# by the C++ side (which sets it on the instance).
+for _cls, _code in (
+    (StokerError, "UNKNOWN"),
+    (InvalidArgumentError, "INVALID_ARGUMENT"),
+    (NotFoundError, "NOT_FOUND"),
+    (UnavailableError, "UNAVAILABLE"),
+    (FailedPreconditionError, "FAILED_PRECONDITION"),
+    (DataLossError, "DATA_LOSS"),
+    (ResourceExhaustedError, "RESOURCE_EXHAUSTED"),
+    (CancelledError, "CANCELLED"),
+):
+    _cls.code = _code
+del _cls, _code
+
+__all__ = [
+    "CancelledError",
+    "Checksum",
+    "DataLossError",
+    "FailedPreconditionError",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "InvalidArgumentError",
+    "Loader",
+    "NotFoundError",
+    "ResourceExhaustedError",
+    "StokerError",
+    "UnavailableError",
+    "set_log_level",
+]

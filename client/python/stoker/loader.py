@@ -1,0 +1,524 @@
+"""stoker.Loader: iterate over (images, labels) torch tensors from Stoker."""
+
+import math
+import numbers
+import os
+
+import torch
+import torch.utils.dlpack
+
+from stoker import _stoker
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_DTYPES = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.uint8: "uint8",
+}
+_DTYPE_NAMES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "uint8": torch.uint8,
+}
+
+_STATE_VERSION = 1
+
+
+def _invalid(message):
+    return _stoker.InvalidArgumentError(message)
+
+
+def _int_arg(name, value, minimum, maximum=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _invalid(f"{name} must be an int, got {value!r}")
+    value = int(value)
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise _invalid(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def _seconds_arg(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _invalid(f"{name} must be a number of seconds, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise _invalid(f"{name} must be > 0 seconds, got {value}")
+    return value
+
+
+def _servers_arg(servers):
+    if isinstance(servers, str):
+        text = servers
+    elif isinstance(servers, (list, tuple)) and all(
+            isinstance(s, str) for s in servers):
+        text = ",".join(servers)
+    else:
+        raise _invalid(
+            "servers must be a string 'host:port,...' (as stoker_fetch "
+            f"--servers) or a list of such strings, got {servers!r}")
+    if not text.strip():
+        raise _invalid("servers is empty; give at least one host:port or "
+                       "dns:///name:port")
+    return text
+
+
+def _device_arg(device):
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            raise _invalid(f"device must be 'cpu', 'cuda' or 'cuda:N', got "
+                           f"{device!r}") from None
+    if not isinstance(device, torch.device):
+        raise _invalid(f"device must be a str or torch.device, got {device!r}")
+    if device.type == "cpu":
+        return "cpu"
+    if device.type != "cuda":
+        raise _invalid(f"device must be 'cpu', 'cuda' or 'cuda:N', got "
+                       f"'{device}'")
+    if not torch.cuda.is_available():
+        raise _stoker.FailedPreconditionError(
+            f"device '{device}' was requested but torch.cuda.is_available() "
+            "is False (no GPU, or a PyTorch built without CUDA); use "
+            "device='cpu'")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index}"
+
+
+def _dtype_arg(dtype):
+    if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
+        dtype = _DTYPE_NAMES[dtype]
+    if dtype not in _DTYPES:
+        raise _invalid(
+            "dtype must be torch.float32, torch.float16, torch.bfloat16 or "
+            f"torch.uint8, got {dtype!r}")
+    return dtype
+
+
+def _channels_arg(name, values):
+    try:
+        values = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise _invalid(f"{name} must be 3 numbers (R, G, B), got "
+                       f"{values!r}") from None
+    if len(values) != 3 or not all(math.isfinite(v) for v in values):
+        raise _invalid(f"{name} must be 3 finite numbers (R, G, B), got "
+                       f"{values!r}")
+    return values
+
+
+def _distributed_defaults():
+    """(rank, world_size) of torch.distributed if initialized, else of the
+    RANK / WORLD_SIZE environment variables, else (0, 1)."""
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    values = []
+    for var, default in (("RANK", 0), ("WORLD_SIZE", 1)):
+        text = os.environ.get(var)
+        if text is None or text == "":
+            values.append(default)
+            continue
+        try:
+            values.append(int(text))
+        except ValueError:
+            raise _invalid(f"environment variable {var}={text!r} is not an "
+                           "integer") from None
+    return values[0], values[1]
+
+
+class Loader:
+    """Batches of one dataset from Stoker servers, as torch tensors.
+
+    Iterating yields ``(images, labels)`` for one epoch of this rank's share
+    of the dataset: ``images`` of shape (N, 3, H, W) and the chosen dtype on
+    the chosen device, ``labels`` int64 of shape (N,) on the same device.
+    The tensors share memory with the loader's output buffers (DLPack, no
+    copy); the buffer is reused only after both tensors are freed (on CUDA:
+    after the work queued on the stream that was current when the batch was
+    yielded, see below). Keep at most ``output_slots - 1`` batches alive at
+    once, or ``.clone()`` what you keep; holding all of them raises
+    ResourceExhaustedError instead of deadlocking.
+
+    Epochs (like DistributedSampler): every ``iter(loader)`` starts a new
+    epoch. ``set_epoch(e)`` makes the next iteration epoch ``e``; without
+    it, iterations count up from 0 (0, 1, 2, ...), each one the epoch after
+    the previous iteration's. The order and every random augmentation are a
+    pure function of (dataset, seed, epoch, rank, world_size, batch_size,
+    shuffle, drop_last), identical on every run and server. Starting a new
+    iteration abandons the previous one (its iterator then raises
+    RuntimeError).
+
+    Checkpoints (like torchdata's StatefulDataLoader): ``state_dict()``
+    returns a small dict (epoch and a cursor string); a loader created with
+    the same arguments and given it through ``load_state_dict`` continues
+    with exactly the batches of that epoch not yet yielded, then with the
+    following epochs.
+
+    CUDA streams: a CUDA batch is produced on the loader's own stream. When
+    it is yielded, the current stream of its device
+    (torch.cuda.current_stream()) is made to wait for it on the GPU (the
+    host does not block), and its buffer's release is recorded on that
+    stream when the tensors are freed. Use the tensors on that stream (or
+    call tensor.record_stream / synchronize when using another).
+
+    Ctrl-C: the wait for a batch is interruptible; KeyboardInterrupt stops
+    the prefetching, state_dict() still describes what was yielded, and the
+    next iteration starts afresh. (Creating the loader and starting an
+    iteration contact the servers and are not interruptible, bounded by
+    unavailable_timeout.)
+
+    Args:
+      servers: "host:port", "dns:///name:port" (every address of the name is
+        a server, re-resolved periodically), a comma-separated list of those
+        (as stoker_fetch --servers) or a Python list of them.
+      dataset: the dataset name the servers were started with
+        (--dataset=NAME=GLOB).
+      batch_size: samples per batch.
+      transform: the augmentation pipeline in torchvision syntax, steps
+        separated by '|': RandomResizedCrop, RandomHorizontalFlip, Resize,
+        CenterCrop; it must end in a fixed size. Applied on the servers.
+      seed: seed of the shuffle and of every random augmentation.
+      shuffle: shuffle the sample order every epoch.
+      drop_last: drop this rank's last partial batch.
+      rank, world_size: this process's share, as DistributedSampler (the
+        order is padded by repeating samples so that every rank gets the
+        same number). Default: torch.distributed's when it is initialized,
+        else the RANK / WORLD_SIZE environment variables, else 0 and 1.
+      device: "cpu", "cuda", "cuda:N" or a torch.device. Default: "cuda"
+        (the current device) when torch.cuda.is_available(), else "cpu".
+        "cpu" delivers in host memory with the same arithmetic.
+      dtype: torch.float32 / float16 / bfloat16: (x / 255 - mean) / std per
+        channel; torch.uint8: the raw pixels, no normalization.
+      mean, std: per-channel (R, G, B) statistics of x / 255 (ImageNet's by
+        default); ignored for uint8.
+      channels_last: images in NHWC memory (logical shape still
+        (N, 3, H, W), i.e. torch.channels_last), else contiguous NCHW.
+      prefetch: batches fetched ahead of the consumer (bounds host memory
+        to about prefetch + 2 batches of uint8 pixels).
+      batches_per_request, streams_per_server, in_order: network loader
+        tuning (see client/loader.h); in_order=False yields batches as they
+        arrive instead of in index order.
+      fail_on_bad_sample: raise DataLossError on a corrupt or unlabeled
+        sample instead of skipping it (skipped samples are counted in
+        stats()).
+      stall_timeout: seconds without data after which a server's stream is
+        given to another server.
+      unavailable_timeout: seconds with every server failing after which
+        the loader gives up with UnavailableError (also bounds creation).
+      output_slots: converted batches that can exist at once (held by you
+        or converted ahead); >= 2 to overlap conversion with your step.
+      pinned_slots: host buffers for received batches; 0 means prefetch + 2.
+    """
+
+    def __init__(self, servers, dataset, batch_size=256,
+                 transform="RandomResizedCrop(224)|RandomHorizontalFlip()", *,
+                 seed=0, shuffle=True, drop_last=False, rank=None,
+                 world_size=None, device=None, dtype=torch.float32,
+                 mean=IMAGENET_MEAN, std=IMAGENET_STD, channels_last=False,
+                 prefetch=8, batches_per_request=4, streams_per_server=2,
+                 in_order=True, fail_on_bad_sample=False, stall_timeout=10.0,
+                 unavailable_timeout=30.0, output_slots=4, pinned_slots=0):
+        self._pipeline = None
+        settings = _stoker.Settings()
+        settings.servers = _servers_arg(servers)
+        if not isinstance(dataset, str) or not dataset:
+            raise _invalid(f"dataset must be a non-empty str, got {dataset!r}")
+        settings.dataset = dataset
+        settings.batch_size = _int_arg("batch_size", batch_size, 1, 65536)
+        if not isinstance(transform, str):
+            raise _invalid("transform must be a str such as "
+                           "'RandomResizedCrop(224)|RandomHorizontalFlip()', "
+                           f"got {transform!r}")
+        settings.transform = transform
+        settings.seed = _int_arg("seed", seed, 0, 2**64 - 1)
+        settings.shuffle = bool(shuffle)
+        settings.drop_last = bool(drop_last)
+        default_rank, default_world = (0, 1)
+        if rank is None or world_size is None:
+            default_rank, default_world = _distributed_defaults()
+        world_size = _int_arg("world_size",
+                              default_world if world_size is None else world_size,
+                              1)
+        rank = _int_arg("rank", default_rank if rank is None else rank, 0)
+        if rank >= world_size:
+            raise _invalid(f"rank must be < world_size, got rank {rank} of "
+                           f"world_size {world_size}")
+        settings.rank = rank
+        settings.world_size = world_size
+        self._dtype = _dtype_arg(dtype)
+        settings.dtype = _DTYPES[self._dtype]
+        settings.mean = _channels_arg("mean", mean)
+        settings.std = _channels_arg("std", std)
+        if self._dtype != torch.uint8 and any(s == 0 for s in settings.std):
+            raise _invalid(f"std must be nonzero, got {tuple(settings.std)}")
+        settings.channels_last = bool(channels_last)
+        settings.prefetch = _int_arg("prefetch", prefetch, 1)
+        settings.batches_per_request = _int_arg(
+            "batches_per_request", batches_per_request, 1)
+        settings.streams_per_server = _int_arg(
+            "streams_per_server", streams_per_server, 1)
+        settings.in_order = bool(in_order)
+        settings.fail_on_bad_sample = bool(fail_on_bad_sample)
+        settings.stall_timeout_s = _seconds_arg("stall_timeout", stall_timeout)
+        settings.unavailable_timeout_s = _seconds_arg(
+            "unavailable_timeout", unavailable_timeout)
+        settings.output_slots = _int_arg("output_slots", output_slots, 1)
+        settings.pinned_slots = _int_arg("pinned_slots", pinned_slots, 0)
+        settings.device = _device_arg(device)
+        self._device = torch.device(settings.device)
+        self._settings = settings
+
+        self._pipeline = _stoker.Pipeline(settings)
+        # The epoch the next iteration starts, and a cursor to resume from
+        # instead (set by load_state_dict).
+        self._next_epoch = 0
+        self._resume = None
+        # The epoch of the latest iteration; whether it has not finished.
+        self._epoch = None
+        self._in_progress = False
+        # Bumped by every new iteration (and by load_state_dict / set_epoch)
+        # so older iterators know they are stale.
+        self._generation = 0
+
+    # --- properties ---
+
+    def __len__(self):
+        """Batches per epoch for this rank."""
+        return self._open().num_batches
+
+    @property
+    def dataset_samples(self):
+        """Samples in the whole dataset (all ranks)."""
+        return self._open().dataset_samples
+
+    @property
+    def epoch(self):
+        """The epoch of the latest iteration (None before the first)."""
+        return self._epoch
+
+    @property
+    def rank(self):
+        return self._settings.rank
+
+    @property
+    def world_size(self):
+        return self._settings.world_size
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def plan_id(self):
+        """Identifies the plan (dataset content, transform, batch size, seed,
+        rank, world size, shuffle, drop_last) that state dicts belong to."""
+        return self._open().plan_id
+
+    # --- epochs ---
+
+    def set_epoch(self, epoch):
+        """Makes the next iteration epoch `epoch` (DistributedSampler style).
+        A pending load_state_dict resume is kept when it is for this epoch
+        and dropped otherwise."""
+        epoch = _int_arg("epoch", epoch, 0)
+        if self._resume is not None and self._resume_epoch() != epoch:
+            self._resume = None
+        self._next_epoch = epoch
+        self._in_progress = False
+        self._generation += 1
+
+    def __iter__(self):
+        return self._iterate(with_info=False)
+
+    def iter_with_info(self):
+        """Like iter(loader), yielding (images, labels, info) where info is a
+        dict: epoch, batch_index, keys and sample_indices (per sample),
+        server (which sent the batch) and skipped (samples the server left
+        out: dicts with sample_index, key, shard, reason)."""
+        return self._iterate(with_info=True)
+
+    def _iterate(self, with_info):
+        pipeline = self._open()
+        if self._resume is not None:
+            pipeline.start(self._resume)
+            epoch = self._resume_epoch()
+            self._resume = None
+        else:
+            epoch = self._next_epoch
+            pipeline.start_epoch(epoch)
+        self._epoch = epoch
+        self._next_epoch = epoch + 1
+        self._in_progress = True
+        self._generation += 1
+        return _EpochIterator(self, self._generation, with_info)
+
+    def _resume_epoch(self):
+        return _stoker.parse_cursor(self._resume)["epoch"]
+
+    # --- checkpoints ---
+
+    def state_dict(self):
+        """{"version", "plan_id", "epoch", "cursor"}: `cursor` (a string) is
+        set while an epoch is partly yielded and names the batches yielded so
+        far; otherwise it is None and `epoch` is the epoch the next iteration
+        starts."""
+        pipeline = self._open()
+        cursor = None
+        epoch = self._next_epoch
+        if self._resume is not None:
+            cursor = self._resume
+            epoch = self._resume_epoch()
+        elif self._in_progress:
+            text = pipeline.cursor()
+            position = _stoker.parse_cursor(text)
+            if position["next_batch"] < pipeline.num_batches:
+                cursor = text
+                epoch = position["epoch"]
+        return {
+            "version": _STATE_VERSION,
+            "plan_id": pipeline.plan_id,
+            "epoch": epoch,
+            "cursor": cursor,
+        }
+
+    def load_state_dict(self, state_dict):
+        """Restores a state_dict() of a loader with the same arguments (the
+        cursor must belong to this plan: same dataset content, transform,
+        batch size, seed, rank, world size, shuffle and drop_last). The next
+        iteration continues from there."""
+        pipeline = self._open()
+        if not isinstance(state_dict, dict):
+            raise _invalid(f"state_dict must be a dict, got {type(state_dict)}")
+        missing = {"version", "epoch", "cursor"} - set(state_dict)
+        if missing:
+            raise _invalid(f"state_dict lacks {sorted(missing)}; expected a "
+                           "dict from Loader.state_dict()")
+        if state_dict["version"] != _STATE_VERSION:
+            raise _invalid(f"state_dict version {state_dict['version']!r} is "
+                           f"not supported (expected {_STATE_VERSION})")
+        epoch = _int_arg("state_dict['epoch']", state_dict["epoch"], 0)
+        cursor = state_dict["cursor"]
+        if cursor is not None:
+            if not isinstance(cursor, str):
+                raise _invalid("state_dict['cursor'] must be a str or None, "
+                               f"got {cursor!r}")
+            position = _stoker.parse_cursor(cursor)
+            if position["plan_id"] != pipeline.plan_id:
+                raise _invalid(
+                    f"state_dict belongs to plan {position['plan_id']}, this "
+                    f"loader's plan is {pipeline.plan_id}: dataset, transform, "
+                    "batch_size, seed, rank, world_size, shuffle and drop_last "
+                    "must match the loader that saved it")
+            if position["next_batch"] > pipeline.num_batches or any(
+                    b >= pipeline.num_batches
+                    for b in position["delivered_after"]):
+                raise _invalid(f"state_dict cursor {cursor} lies beyond this "
+                               f"plan's {pipeline.num_batches} batches")
+            if position["epoch"] != epoch:
+                raise _invalid(f"state_dict epoch {epoch} does not match its "
+                               f"cursor's epoch {position['epoch']}")
+            if position["next_batch"] >= pipeline.num_batches:
+                cursor, epoch = None, epoch + 1
+        self._resume = cursor
+        self._next_epoch = epoch
+        self._in_progress = False
+        self._generation += 1
+
+    # --- statistics and lifetime ---
+
+    def stats(self):
+        """Cumulative figures since creation: server_read_s, server_decode_s,
+        server_transform_s (server CPU time summed over samples),
+        network_bytes (pixel bytes received), client_wait_s (time this
+        process waited for batches), batches / samples (yielded),
+        skipped_samples, stream_failures, stalls, reissued_batches,
+        duplicate_batches_dropped, received_batches (incl. prefetched),
+        convert_wait_s (time the conversion stage waited for the network),
+        rebuilds (restarts after abandoned epochs), batches_by_server."""
+        return self._open().stats()
+
+    def close(self):
+        """Stops fetching and frees the loader's threads and buffers (batches
+        still held stay valid). Idempotent."""
+        if self._pipeline is not None:
+            self._pipeline.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        s = self._settings
+        return (f"stoker.Loader(servers={s.servers!r}, dataset={s.dataset!r}, "
+                f"batch_size={s.batch_size}, transform={s.transform!r}, "
+                f"rank={s.rank}, world_size={s.world_size}, "
+                f"device='{self._device}', dtype={self._dtype}, "
+                f"channels_last={s.channels_last})")
+
+    def _open(self):
+        if self._pipeline is None or self._pipeline.closed:
+            raise _invalid("the loader is closed")
+        return self._pipeline
+
+
+class _EpochIterator:
+    """One epoch's batches; see Loader."""
+
+    def __init__(self, loader, generation, with_info):
+        self._loader = loader
+        self._generation = generation
+        self._with_info = with_info
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        loader = self._loader
+        if loader._generation != self._generation:
+            self._done = True
+            raise RuntimeError(
+                "this iterator is stale: a newer iteration, set_epoch() or "
+                "load_state_dict() replaced it")
+        try:
+            item = loader._open().next()
+        except _stoker.ResourceExhaustedError:
+            raise  # the caller holds every buffer; it may free one and retry
+        except BaseException:
+            # The epoch cannot continue (error or Ctrl-C); state_dict() still
+            # describes what was yielded.
+            self._done = True
+            raise
+        if item is None:
+            self._done = True
+            loader._in_progress = False
+            raise StopIteration
+        images_view, labels_view, info = item
+        # For CUDA, from_dlpack passes the current stream to __dlpack__,
+        # which makes it wait for the batch (see Loader).
+        images = torch.utils.dlpack.from_dlpack(images_view)
+        labels = torch.utils.dlpack.from_dlpack(labels_view)
+        if self._with_info:
+            return images, labels, info
+        return images, labels

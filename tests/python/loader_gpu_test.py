@@ -1,0 +1,130 @@
+"""stoker.Loader with device="cuda" (Bazel tag "gpu": needs a CUDA GPU and a
+CUDA build of PyTorch; fails, rather than skips, without them)."""
+
+import unittest
+
+import torch
+
+import stoker
+import stoker_testing as st
+
+BATCH = 16
+TRANSFORM = "RandomResizedCrop(224)|RandomHorizontalFlip()"
+
+SERVER = None
+
+
+def setUpModule():
+    global SERVER
+    if not torch.cuda.is_available():
+        raise RuntimeError("loader_gpu_test needs a CUDA GPU and a CUDA build "
+                           "of PyTorch (run it only with the 'gpu' tag)")
+    glob, _ = st.make_shards("gpu_shards")
+    SERVER = st.Server(glob, threads=2)
+
+
+def tearDownModule():
+    if SERVER is not None:
+        SERVER.kill()
+
+
+def make_loader(**kwargs):
+    args = dict(servers=SERVER.address, dataset="train", batch_size=BATCH,
+                transform=TRANSFORM, seed=7)
+    args.update(kwargs)
+    return stoker.Loader(**args)
+
+
+def cpu_reference(**kwargs):
+    loader = make_loader(device="cpu", **kwargs)
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+class LoaderGpuTest(unittest.TestCase):
+
+    def test_cuda_batches_equal_the_cpu_path_bit_for_bit(self):
+        for dtype, channels_last in ((torch.float32, False),
+                                     (torch.bfloat16, True),
+                                     (torch.float16, False),
+                                     (torch.uint8, True),
+                                     (torch.uint8, False)):
+            with self.subTest(dtype=dtype, channels_last=channels_last):
+                reference = cpu_reference(dtype=dtype,
+                                          channels_last=channels_last)
+                loader = make_loader(device="cuda:0", dtype=dtype,
+                                     channels_last=channels_last)
+                got = []
+                for images, labels in loader:
+                    self.assertEqual(images.device, torch.device("cuda:0"))
+                    self.assertEqual(labels.device, torch.device("cuda:0"))
+                    self.assertEqual(images.dtype, dtype)
+                    self.assertEqual(labels.dtype, torch.int64)
+                    self.assertEqual(images.shape[1:], (3, 224, 224))
+                    memory_format = (torch.channels_last if channels_last
+                                     else torch.contiguous_format)
+                    self.assertTrue(
+                        images.is_contiguous(memory_format=memory_format))
+                    got.append((images.cpu(), labels.cpu()))
+                self.assertEqual(len(got), len(reference))
+                for (a, b), (c, d) in zip(got, reference):
+                    self.assertTrue(torch.equal(a, c))
+                    self.assertTrue(torch.equal(b, d))
+
+    def test_consumer_on_a_side_stream_waits_for_each_batch(self):
+        # The consumer reads each batch on a side stream right after it is
+        # yielded. Without the wait on the batch's ready event (WaitOn),
+        # the copy would read an output slot the loader's stream is still
+        # writing (with two slots, mostly the batch from two steps before).
+        reference = cpu_reference(dtype=torch.float32)
+        loader = make_loader(device="cuda", dtype=torch.float32,
+                             output_slots=2)
+        side = torch.cuda.Stream()
+        copies = []
+        with torch.cuda.stream(side):
+            for images, labels in loader:
+                copies.append((images.clone(), labels.clone()))
+                del images, labels
+        side.synchronize()
+        self.assertEqual(len(copies), len(reference))
+        for (a, b), (c, d) in zip(copies, reference):
+            self.assertTrue(torch.equal(a.cpu(), c))
+            self.assertTrue(torch.equal(b.cpu(), d))
+
+    def test_release_waits_for_the_consumers_queued_work(self):
+        # The consumer queues a long GPU sleep, then a copy of the batch,
+        # and frees the tensors at once. The slot must not be rewritten until
+        # the copy has run: the release is recorded on the consumer's stream.
+        reference = cpu_reference(dtype=torch.bfloat16, channels_last=True)
+        loader = make_loader(device="cuda", dtype=torch.bfloat16,
+                             channels_last=True, output_slots=2)
+        side = torch.cuda.Stream()
+        copies = []
+        with torch.cuda.stream(side):
+            for images, labels in loader:
+                torch.cuda._sleep(20_000_000)  # tens of ms of GPU time
+                copies.append((images.clone(), labels.clone()))
+                del images, labels
+        side.synchronize()
+        self.assertEqual(len(copies), len(reference))
+        for (a, b), (c, d) in zip(copies, reference):
+            self.assertTrue(torch.equal(a.cpu(), c))
+            self.assertTrue(torch.equal(b.cpu(), d))
+
+    def test_state_dict_round_trip_on_cuda(self):
+        reference = [y.cpu() for _, y in make_loader(device="cuda")]
+        first = make_loader(device="cuda")
+        labels = []
+        for i, (_, y) in enumerate(first):
+            labels.append(y.cpu())
+            if i == 1:
+                break
+        second = make_loader(device="cuda")
+        second.load_state_dict(first.state_dict())
+        labels.extend(y.cpu() for _, y in second)
+        self.assertEqual(len(labels), len(reference))
+        for a, b in zip(labels, reference):
+            self.assertTrue(torch.equal(a, b))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

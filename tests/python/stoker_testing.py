@@ -1,0 +1,111 @@
+"""Helpers for the Python tests: sample shards and real stoker_server
+processes on port 0, under TEST_TMPDIR. run_python_test.sh sets the
+STOKER_*_BIN variables to the binaries in the test's runfiles."""
+
+import atexit
+import os
+import re
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+
+SERVER_BIN = os.environ.get("STOKER_SERVER_BIN", "")
+FETCH_BIN = os.environ.get("STOKER_FETCH_BIN", "")
+SHARDS_BIN = os.environ.get("STOKER_SHARDS_BIN", "")
+
+TRANSFORM = "RandomResizedCrop(32)|RandomHorizontalFlip()"
+
+
+def temp_dir(name):
+    base = os.environ.get("TEST_TMPDIR") or tempfile.gettempdir()
+    return tempfile.mkdtemp(prefix=name + "_", dir=base)
+
+
+def make_shards(name, num_shards=3, samples_per_shard=20, min_side=64,
+                max_side=160):
+    """Writes sample shards; returns (glob, {key: label})."""
+    out_dir = temp_dir(name)
+    subprocess.run(
+        [SHARDS_BIN, f"--out_dir={out_dir}", f"--num_shards={num_shards}",
+         f"--samples_per_shard={samples_per_shard}", f"--min_side={min_side}",
+         f"--max_side={max_side}"],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    labels = {}
+    for path in sorted(os.listdir(out_dir)):
+        if not path.endswith(".tar"):
+            continue
+        with tarfile.open(os.path.join(out_dir, path)) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".cls"):
+                    key = member.name[:-len(".cls")]
+                    labels[key] = int(tar.extractfile(member).read().decode())
+    return os.path.join(out_dir, "*.tar"), labels
+
+
+_servers = []
+
+
+class Server:
+    """A stoker_server process serving dataset "train" from `glob`."""
+
+    def __init__(self, glob, threads=1):
+        self.log_path = os.path.join(temp_dir("server"), "server.log")
+        self._log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [SERVER_BIN, "--port=0", f"--threads={threads}",
+             f"--dataset=train={glob}"],
+            stdout=self._log, stderr=subprocess.STDOUT)
+        _servers.append(self)
+        self.port = None
+        deadline = time.monotonic() + 60
+        while self.port is None:
+            with open(self.log_path) as f:
+                match = re.search(r"listening on port (\d+)", f.read())
+            if match:
+                self.port = int(match.group(1))
+            elif self.process.poll() is not None or time.monotonic() > deadline:
+                with open(self.log_path) as f:
+                    raise RuntimeError("stoker_server did not start:\n" + f.read())
+            else:
+                time.sleep(0.05)
+        self.address = f"127.0.0.1:{self.port}"
+
+    def pause(self):
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.process.send_signal(signal.SIGCONT)
+
+    def kill(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+
+
+@atexit.register
+def _kill_servers():
+    for server in _servers:
+        try:
+            server.kill()
+        except OSError:
+            pass
+
+
+def unused_port():
+    """A TCP port nothing listens on (bound and released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fetch(servers, *flags):
+    """Runs stoker_fetch; returns its stdout."""
+    result = subprocess.run([FETCH_BIN, f"--servers={servers}",
+                             "--dataset=train", *flags],
+                            check=True, capture_output=True, text=True)
+    return result.stdout
