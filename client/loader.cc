@@ -323,6 +323,10 @@ bool Loader::AllEndpointsFailingLocked() const {
 }
 
 void Loader::MarkFailureLocked(Endpoint* endpoint, const absl::Status& status) {
+  // A failed server must answer GetDatasetInfo again before it gets work: a
+  // hung process then costs one probe per fetch thread, not one stall per
+  // range, and a restarted one is checked for the same data.
+  endpoint->verified = false;
   ++endpoint->consecutive_failures;
   endpoint->last_error = std::string(status.message());
   absl::Duration backoff = options_.retry_backoff_min;
