@@ -1,0 +1,281 @@
+#include "server/jpeg_decoder.h"
+
+// jpeglib.h needs FILE and size_t declared first.
+#include <csetjmp>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <jpeglib.h>
+// After jpeglib.h, which it extends.
+#include <jerror.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace stoker::server {
+namespace {
+
+constexpr int64_t kMaxDecodedPixels = int64_t{1} << 28;
+constexpr int kRowsPerRead = 16;
+
+struct ErrorManager {
+  jpeg_error_mgr pub;  // first: libjpeg only knows this part
+  jmp_buf jump;
+  bool saw_eof = false;
+  char message[JMSG_LENGTH_MAX];
+};
+
+// libjpeg's error_exit must not return; unwind to the setjmp in the caller.
+// Only C frames lie between, so no destructors are skipped.
+[[noreturn]] void ErrorExit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings are counted, never printed. JWRN_JPEG_EOF means the data ended
+// early and libjpeg padded the rest of the image with grey.
+void EmitMessage(j_common_ptr cinfo, int level) {
+  if (level >= 0) return;  // trace messages
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  ++err->pub.num_warnings;
+  if (err->pub.msg_code == JWRN_JPEG_EOF) err->saw_eof = true;
+}
+
+void OutputMessage(j_common_ptr) {}
+
+// Whether an EOI marker follows in the unread data. Inside entropy-coded data
+// 0xFF is always followed by 0x00 or a restart marker, so any FF D9 is the
+// real end of image (or lies in trailing bytes after it). Searching from the
+// end finds it at once for intact files.
+bool HasEndOfImage(const uint8_t* data, size_t size) {
+  for (size_t i = size; i >= 2; --i) {
+    if (data[i - 2] == 0xFF && data[i - 1] == 0xD9) return true;
+  }
+  return false;
+}
+
+int CeilDiv(int64_t a, int b) { return static_cast<int>((a + b - 1) / b); }
+
+enum class Outcome { kOk, kError, kTruncated, kEmptyRegion, kTooLarge, kCmyk };
+
+}  // namespace
+
+struct JpegDecoder::State {
+  jpeg_decompress_struct cinfo;
+  ErrorManager err;
+
+  void Reset() {
+    err.saw_eof = false;
+    err.pub.num_warnings = 0;
+    err.message[0] = '\0';
+  }
+
+  // Every libjpeg call that can fail must run below a live setjmp, so each
+  // entry point below sets its own. Locals changed after setjmp are not read
+  // after a longjmp.
+  Outcome ReadHeader(const uint8_t* data, size_t size, ImageInfo* info) {
+    Reset();
+    if (setjmp(err.jump)) {
+      jpeg_abort_decompress(&cinfo);
+      return Outcome::kError;
+    }
+    jpeg_mem_src(&cinfo, data, size);
+    jpeg_read_header(&cinfo, TRUE);
+    info->width = static_cast<int>(cinfo.image_width);
+    info->height = static_cast<int>(cinfo.image_height);
+    jpeg_abort_decompress(&cinfo);
+    return Outcome::kOk;
+  }
+
+  Outcome Decode(const uint8_t* data, size_t size, Region want, int denom,
+                 DecodedImage* out) {
+    Reset();
+    if (setjmp(err.jump)) {
+      jpeg_abort_decompress(&cinfo);
+      return Outcome::kError;
+    }
+    jpeg_mem_src(&cinfo, data, size);
+    jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.jpeg_color_space == JCS_CMYK ||
+        cinfo.jpeg_color_space == JCS_YCCK) {
+      jpeg_abort_decompress(&cinfo);
+      return Outcome::kCmyk;
+    }
+    const int full_w = static_cast<int>(cinfo.image_width);
+    const int full_h = static_cast<int>(cinfo.image_height);
+    const int x0 = std::max(want.x, 0);
+    const int y0 = std::max(want.y, 0);
+    const int x1 = static_cast<int>(
+        std::min<int64_t>(int64_t{want.x} + want.width, full_w));
+    const int y1 = static_cast<int>(
+        std::min<int64_t>(int64_t{want.y} + want.height, full_h));
+    if (x0 >= x1 || y0 >= y1) {
+      jpeg_abort_decompress(&cinfo);
+      return Outcome::kEmptyRegion;
+    }
+
+    cinfo.out_color_space = JCS_RGB;  // also expands grayscale
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = denom;
+    jpeg_start_decompress(&cinfo);
+    const int scaled_w = static_cast<int>(cinfo.output_width);
+    const int scaled_h = static_cast<int>(cinfo.output_height);
+    // One extra column each side: the cropped region's edge columns get
+    // edge-style chroma upsampling, which must not reach `want`.
+    const int sx0 = std::max(x0 / denom - 1, 0);
+    const int sx1 = std::min(CeilDiv(x1, denom) + 1, scaled_w);
+    const int sy0 = y0 / denom;
+    const int sy1 = std::min(CeilDiv(y1, denom), scaled_h);
+    JDIMENSION crop_x = sx0;
+    JDIMENSION crop_w = sx1 - sx0;
+    if (static_cast<int>(crop_w) < scaled_w) {
+      jpeg_crop_scanline(&cinfo, &crop_x, &crop_w);
+    }
+    const int width = static_cast<int>(cinfo.output_width);
+    const int height = sy1 - sy0;
+    if (int64_t{width} * height > kMaxDecodedPixels) {
+      jpeg_abort_decompress(&cinfo);
+      return Outcome::kTooLarge;
+    }
+    const size_t stride = 3 * static_cast<size_t>(width);
+    if (out->pixels.size() < stride * height) {
+      out->pixels.resize(stride * height);
+    }
+    if (sy0 > 0) jpeg_skip_scanlines(&cinfo, sy0);
+    uint8_t* base = out->pixels.data();
+    JSAMPROW rows[kRowsPerRead];
+    while (static_cast<int>(cinfo.output_scanline) < sy1) {
+      const int next = static_cast<int>(cinfo.output_scanline);
+      const int n = std::min(kRowsPerRead, sy1 - next);
+      for (int i = 0; i < n; ++i) rows[i] = base + (next - sy0 + i) * stride;
+      if (jpeg_read_scanlines(&cinfo, rows, n) == 0) {
+        // Cannot happen with a memory source (it never suspends).
+        std::snprintf(err.message, sizeof(err.message), "decoder stalled");
+        jpeg_abort_decompress(&cinfo);
+        return Outcome::kError;
+      }
+    }
+    // Multi-scan (progressive) files were read to the end by
+    // jpeg_start_decompress; single-scan ones only up to the last row read
+    // (the entropy decoder may already have consumed the EOI marker).
+    const bool eoi_follows =
+        jpeg_input_complete(&cinfo) || cinfo.unread_marker == JPEG_EOI ||
+        HasEndOfImage(cinfo.src->next_input_byte, cinfo.src->bytes_in_buffer);
+    jpeg_abort_decompress(&cinfo);
+    if (err.saw_eof || !eoi_follows) return Outcome::kTruncated;
+
+    out->width = width;
+    out->height = height;
+    out->stride = static_cast<int>(stride);
+    out->scale_denom = denom;
+    out->src_x0 = static_cast<double>(crop_x) * denom;
+    out->src_y0 = static_cast<double>(sy0) * denom;
+    out->scale_x = denom;
+    out->scale_y = denom;
+    out->full_width = full_w;
+    out->full_height = full_h;
+    return Outcome::kOk;
+  }
+};
+
+JpegDecoder::JpegDecoder() : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.cinfo.err = jpeg_std_error(&s.err.pub);
+  s.err.pub.error_exit = ErrorExit;
+  s.err.pub.emit_message = EmitMessage;
+  s.err.pub.output_message = OutputMessage;
+  // jpeg_create_decompress fails only when out of memory.
+  if (setjmp(s.err.jump)) std::abort();
+  jpeg_create_decompress(&s.cinfo);
+}
+
+JpegDecoder::~JpegDecoder() { jpeg_destroy_decompress(&state_->cinfo); }
+
+absl::StatusOr<ImageInfo> JpegDecoder::ReadInfo(absl::string_view jpeg) {
+  ImageInfo info;
+  if (state_->ReadHeader(reinterpret_cast<const uint8_t*>(jpeg.data()),
+                         jpeg.size(), &info) != Outcome::kOk) {
+    return absl::DataLossError(
+        absl::StrCat("JPEG header: ", state_->err.message));
+  }
+  return info;
+}
+
+absl::Status JpegDecoder::Decode(absl::string_view jpeg, Region want,
+                                 int scale_denom, DecodedImage* out) {
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 &&
+      scale_denom != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JPEG scale denominator must be 1, 2, 4 or 8, got ",
+                     scale_denom));
+  }
+  switch (state_->Decode(reinterpret_cast<const uint8_t*>(jpeg.data()),
+                         jpeg.size(), want, scale_denom, out)) {
+    case Outcome::kOk:
+      return absl::OkStatus();
+    case Outcome::kCmyk:
+      return DecodeWithOpenCV(jpeg, out);
+    case Outcome::kEmptyRegion:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "JPEG decode region ", want.x, ",", want.y, " ", want.width, "x",
+          want.height, " does not intersect the image"));
+    case Outcome::kTooLarge:
+      return absl::ResourceExhaustedError(
+          "JPEG decode region exceeds 2^28 pixels");
+    case Outcome::kTruncated:
+      return absl::DataLossError(
+          "JPEG data is truncated (no end-of-image marker)");
+    case Outcome::kError:
+      break;
+  }
+  return absl::DataLossError(absl::StrCat("JPEG: ", state_->err.message));
+}
+
+absl::Status DecodeWithOpenCV(absl::string_view bytes, DecodedImage* out) {
+  if (bytes.empty() || bytes.size() > static_cast<size_t>(INT32_MAX)) {
+    return absl::DataLossError(
+        absl::StrCat("cannot decode an image of ", bytes.size(), " bytes"));
+  }
+  try {
+    const cv::Mat raw(1, static_cast<int>(bytes.size()), CV_8UC1,
+                      const_cast<char*>(bytes.data()));
+    const cv::Mat bgr =
+        cv::imdecode(raw, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+    if (bgr.empty() || bgr.type() != CV_8UC3) {
+      return absl::DataLossError("OpenCV could not decode the image");
+    }
+    if (int64_t{bgr.cols} * bgr.rows > kMaxDecodedPixels) {
+      return absl::ResourceExhaustedError("image exceeds 2^28 pixels");
+    }
+    const size_t stride = 3 * static_cast<size_t>(bgr.cols);
+    if (out->pixels.size() < stride * bgr.rows) {
+      out->pixels.resize(stride * bgr.rows);
+    }
+    cv::Mat rgb(bgr.rows, bgr.cols, CV_8UC3, out->pixels.data(), stride);
+    cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
+    out->width = bgr.cols;
+    out->height = bgr.rows;
+    out->stride = static_cast<int>(stride);
+    out->scale_denom = 1;
+    out->src_x0 = 0;
+    out->src_y0 = 0;
+    out->scale_x = 1;
+    out->scale_y = 1;
+    out->full_width = bgr.cols;
+    out->full_height = bgr.rows;
+    return absl::OkStatus();
+  } catch (const cv::Exception& e) {
+    return absl::DataLossError(absl::StrCat("OpenCV: ", e.what()));
+  }
+}
+
+}  // namespace stoker::server

@@ -1,0 +1,306 @@
+#include "server/sample_processor.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "absl/status/status.h"
+#include "common/geometry.h"
+#include "gtest/gtest.h"
+#include "tests/server/reference_resample.h"
+#include "tests/server/synthetic_image.h"
+
+namespace stoker::server {
+namespace {
+
+using common::SampleGeometry;
+using testing::MaxAbsDiff;
+using testing::Psnr;
+using testing::ReferenceResample;
+
+cv::Mat OpenCvRgb(const std::string& bytes) {
+  const cv::Mat raw(1, static_cast<int>(bytes.size()), CV_8UC1,
+                    const_cast<char*>(bytes.data()));
+  cv::Mat image =
+      cv::imdecode(raw, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+  cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
+  return image;
+}
+
+// What torchvision computes: decode the whole image, resample the box
+// (antialiased bilinear), flip.
+std::vector<uint8_t> Expected(const cv::Mat& rgb, const SampleGeometry& g) {
+  return ReferenceResample(rgb.data, rgb.cols, rgb.rows,
+                           static_cast<int>(rgb.step), g.source.x0,
+                           g.source.y0, g.source.x1, g.source.y1, g.out_width,
+                           g.out_height, g.flip_horizontal);
+}
+
+class Random {
+ public:
+  explicit Random(uint32_t seed) : engine_(seed) {}
+  double Uniform(double lo, double hi) {
+    return lo + (hi - lo) * (engine_() / 4294967296.0);
+  }
+  bool Bit() { return engine_() & 1; }
+
+ private:
+  std::mt19937 engine_;
+};
+
+// torchvision RandomResizedCrop-like boxes (integer or, when fractional,
+// real-valued), min_side limits the box size relative to the output.
+SampleGeometry RandomGeometry(int width, int height, int out_w, int out_h,
+                              bool fractional, double min_scale,
+                              Random* random) {
+  SampleGeometry g;
+  g.out_width = out_w;
+  g.out_height = out_h;
+  g.flip_horizontal = random->Bit();
+  for (;;) {
+    const double area = width * height * random->Uniform(min_scale, 1.0);
+    const double ratio =
+        std::exp(random->Uniform(std::log(3.0 / 4), std::log(4.0 / 3)));
+    double w = std::sqrt(area * ratio), h = std::sqrt(area / ratio);
+    if (!fractional) {
+      w = std::round(w);
+      h = std::round(h);
+    }
+    if (w < 1 || h < 1 || w > width || h > height) continue;
+    double x = random->Uniform(0, width - w), y = random->Uniform(0, height - h);
+    if (!fractional) {
+      x = std::floor(x);
+      y = std::floor(y);
+    }
+    g.source = {x, y, x + w, y + h};
+    return g;
+  }
+}
+
+class SampleProcessorTest : public ::testing::Test {
+ protected:
+  static SampleProcessorOptions Options(bool dct, bool partial) {
+    SampleProcessorOptions options;
+    options.dct_scaling = dct;
+    options.partial_decode = partial;
+    return options;
+  }
+
+  std::vector<uint8_t> Run(SampleProcessor& processor, const std::string& bytes,
+                           bool is_jpeg, const SampleGeometry& g) {
+    std::vector<uint8_t> out(3 * g.out_width * g.out_height);
+    const absl::Status status =
+        processor.Process(bytes, is_jpeg, g, out.data(), nullptr);
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
+  }
+};
+
+TEST_F(SampleProcessorTest, WithoutDctScalingMatchesFullDecodeAndReference) {
+  SampleProcessor processor(Options(/*dct=*/false, /*partial=*/true));
+  Random random(1);
+  const int sizes[][2] = {{500, 375}, {333, 500}, {640, 480}, {317, 221}};
+  for (const auto& size : sizes) {
+    const std::string jpeg =
+        testing::EncodeJpeg(testing::PhotoLikeImage(size[0], size[1], size[1]));
+    const cv::Mat full = OpenCvRgb(jpeg);
+    for (int i = 0; i < 6; ++i) {
+      const SampleGeometry g = RandomGeometry(size[0], size[1], 224, 224,
+                                              /*fractional=*/i % 2 == 1, 0.08,
+                                              &random);
+      // Partial decoding is exact and the resampler is within 1 of the
+      // exact filter.
+      EXPECT_LE(MaxAbsDiff(Run(processor, jpeg, true, g), Expected(full, g)), 1)
+          << size[0] << "x" << size[1] << " box [" << g.source.x0 << ", "
+          << g.source.x1 << ") x [" << g.source.y0 << ", " << g.source.y1
+          << ") flip=" << g.flip_horizontal;
+    }
+  }
+}
+
+TEST_F(SampleProcessorTest, PartialDecodeDoesNotChangeOutput) {
+  SampleProcessor partial(Options(false, true)), whole(Options(false, false));
+  SampleProcessor partial_dct(Options(true, true)), whole_dct(Options(true, false));
+  Random random(2);
+  for (const auto& size : {std::pair{500, 375}, std::pair{317, 221},
+                           std::pair{1024, 768}}) {
+    const std::string jpeg = testing::EncodeJpeg(
+        testing::PhotoLikeImage(size.first, size.second, 5), 90, size.first == 317);
+    for (int i = 0; i < 12; ++i) {
+      const int out = i % 3 == 0 ? 64 : 224;
+      const SampleGeometry g = RandomGeometry(size.first, size.second, out, out,
+                                              i % 2 == 1, 0.05, &random);
+      EXPECT_EQ(Run(partial, jpeg, true, g), Run(whole, jpeg, true, g))
+          << "case " << i;
+      EXPECT_EQ(Run(partial_dct, jpeg, true, g), Run(whole_dct, jpeg, true, g))
+          << "case " << i;
+    }
+  }
+}
+
+TEST_F(SampleProcessorTest, DctScalingStaysCloseToReference) {
+  SampleProcessor fast(Options(/*dct=*/true, /*partial=*/true));
+  SampleProcessor exact(Options(/*dct=*/false, /*partial=*/true));
+  Random random(3);
+  double worst = std::numeric_limits<double>::infinity();
+  int scaled = 0;
+  for (const auto& size : {std::pair{640, 480}, std::pair{1000, 750},
+                           std::pair{333, 500}}) {
+    const std::string jpeg = testing::EncodeJpeg(
+        testing::PhotoLikeImage(size.first, size.second, 7));
+    const cv::Mat full = OpenCvRgb(jpeg);
+    for (int i = 0; i < 8; ++i) {
+      // Boxes at least twice the output, so a 1/2..1/8 DCT scale applies.
+      const int out = i % 2 == 0 ? 112 : 64;
+      SampleGeometry g;
+      do {
+        g = RandomGeometry(size.first, size.second, out, out, i % 4 == 1, 0.3,
+                           &random);
+      } while (g.source.width() < 2 * out || g.source.height() < 2 * out);
+      const std::vector<uint8_t> got = Run(fast, jpeg, true, g);
+      const double psnr = Psnr(got, Expected(full, g));
+      worst = std::min(worst, psnr);
+      EXPECT_GE(psnr, 35.0) << size.first << "x" << size.second << " case " << i;
+      // Proof that the DCT path ran: not bit-identical to the exact path.
+      if (got != Run(exact, jpeg, true, g)) ++scaled;
+    }
+  }
+  EXPECT_EQ(scaled, 24);
+  RecordProperty("worst_psnr_db", std::to_string(worst));
+}
+
+TEST_F(SampleProcessorTest, PngMatchesReference) {
+  const cv::Mat image = testing::PhotoLikeImage(317, 221, 8);
+  const std::string png = testing::EncodePng(image);
+  SampleProcessor processor;
+  Random random(4);
+  for (int i = 0; i < 4; ++i) {
+    const SampleGeometry g =
+        RandomGeometry(317, 221, 160, 96, i % 2 == 0, 0.1, &random);
+    EXPECT_LE(MaxAbsDiff(Run(processor, png, false, g), Expected(image, g)), 1);
+    // Labelled as JPEG (ImageNet has such a file): still decoded by content.
+    EXPECT_LE(MaxAbsDiff(Run(processor, png, true, g), Expected(image, g)), 1);
+  }
+}
+
+TEST_F(SampleProcessorTest, GrayscaleJpegGivesGreyRgb) {
+  cv::Mat gray;
+  cv::cvtColor(testing::PhotoLikeImage(500, 375, 9), gray, cv::COLOR_RGB2GRAY);
+  const std::string jpeg = testing::EncodeJpeg(gray);
+  SampleProcessor processor(Options(/*dct=*/false, /*partial=*/true));
+  SampleGeometry g;
+  g.source = {10, 20, 410, 300};
+  g.out_width = 100;
+  g.out_height = 70;
+  const std::vector<uint8_t> out = Run(processor, jpeg, true, g);
+  for (size_t i = 0; i < out.size(); i += 3) {
+    ASSERT_EQ(out[i], out[i + 1]);
+    ASSERT_EQ(out[i], out[i + 2]);
+  }
+  EXPECT_LE(MaxAbsDiff(out, Expected(OpenCvRgb(jpeg), g)), 1);
+}
+
+TEST_F(SampleProcessorTest, ReadInfoReportsSizes) {
+  SampleProcessor processor;
+  const std::string jpeg = testing::EncodeJpeg(testing::PhotoLikeImage(333, 500, 1));
+  const std::string png = testing::EncodePng(testing::PhotoLikeImage(317, 221, 1));
+  absl::StatusOr<ImageInfo> info = processor.ReadInfo(jpeg, true);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->width, 333);
+  EXPECT_EQ(info->height, 500);
+  info = processor.ReadInfo(png, false);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->width, 317);
+  EXPECT_EQ(info->height, 221);
+  info = processor.ReadInfo(png, true);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->width, 317);
+  EXPECT_TRUE(absl::IsDataLoss(processor.ReadInfo("garbage bytes", true).status()));
+  EXPECT_TRUE(absl::IsDataLoss(processor.ReadInfo("", false).status()));
+}
+
+TEST_F(SampleProcessorTest, CorruptOrTruncatedDataIsDataLoss) {
+  SampleProcessor processor;
+  const std::string jpeg = testing::EncodeJpeg(testing::PhotoLikeImage(500, 375, 2));
+  SampleGeometry g;
+  g.source = {0, 0, 200, 100};  // near the top: above the truncation point
+  g.out_width = 224;
+  g.out_height = 224;
+  std::vector<uint8_t> out(224 * 224 * 3);
+  for (bool dct : {false, true}) {
+    SampleProcessor p(Options(dct, true));
+    EXPECT_TRUE(absl::IsDataLoss(
+        p.Process(jpeg.substr(0, jpeg.size() / 2), true, g, out.data(), nullptr)));
+  }
+  EXPECT_TRUE(absl::IsDataLoss(
+      processor.Process("definitely not an image", true, g, out.data(), nullptr)));
+  EXPECT_TRUE(absl::IsDataLoss(
+      processor.Process("definitely not an image", false, g, out.data(), nullptr)));
+  EXPECT_TRUE(absl::IsDataLoss(processor.Process("", true, g, out.data(), nullptr)));
+  std::string corrupt = jpeg.substr(0, 600) + std::string(3000, '\x55');
+  EXPECT_TRUE(absl::IsDataLoss(processor.Process(corrupt, true, g, out.data(), nullptr)));
+  // Still works afterwards.
+  EXPECT_TRUE(processor.Process(jpeg, true, g, out.data(), nullptr).ok());
+}
+
+TEST_F(SampleProcessorTest, BadGeometryIsInvalidArgument) {
+  SampleProcessor processor;
+  const std::string jpeg = testing::EncodeJpeg(testing::PhotoLikeImage(500, 375, 3));
+  const std::string png = testing::EncodePng(testing::PhotoLikeImage(50, 40, 3));
+  std::vector<uint8_t> out(3 * 224 * 224);
+  auto geometry = [](double x0, double y0, double x1, double y1, int w, int h) {
+    SampleGeometry g;
+    g.source = {x0, y0, x1, y1};
+    g.out_width = w;
+    g.out_height = h;
+    return g;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const SampleGeometry& g :
+       {geometry(0, 0, 501, 375, 224, 224), geometry(0, 0, 500, 376, 224, 224),
+        geometry(-1, 0, 100, 100, 224, 224), geometry(10, 10, 10, 100, 224, 224),
+        geometry(600, 400, 700, 500, 224, 224), geometry(500, 0, 501, 10, 2, 2),
+        geometry(nan, 0, 100, 100, 224, 224), geometry(0, 0, 100, 100, 0, 224),
+        geometry(0, 0, 100, 100, 224, -3), geometry(0, 0, 1e300, 100, 224, 224)}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        processor.Process(jpeg, true, g, out.data(), nullptr)))
+        << g.source.x0 << " " << g.source.y0 << " " << g.source.x1 << " "
+        << g.source.y1 << " " << g.out_width << "x" << g.out_height;
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(processor.Process(
+      png, false, geometry(0, 0, 51, 40, 10, 10), out.data(), nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(processor.Process(
+      jpeg, true, geometry(0, 0, 10, 10, 10, 10), nullptr, nullptr)));
+  // A box edge a hair past the image (floating-point noise) is accepted.
+  EXPECT_TRUE(processor
+                  .Process(jpeg, true, geometry(0, 0, 500 + 1e-9, 375, 224, 224),
+                           out.data(), nullptr)
+                  .ok());
+}
+
+TEST_F(SampleProcessorTest, WritesExactlyTheOutputAndReportsTimings) {
+  SampleProcessor processor;
+  const std::string jpeg = testing::EncodeJpeg(testing::PhotoLikeImage(640, 480, 4));
+  SampleGeometry g;
+  g.source = {100.5, 50.25, 611, 470};
+  g.out_width = 97;
+  g.out_height = 61;
+  g.flip_horizontal = true;
+  const size_t bytes = 3 * 97 * 61;
+  std::vector<uint8_t> out(bytes + 64, 0xA5);
+  SampleTimings timings;
+  ASSERT_TRUE(processor.Process(jpeg, true, g, out.data(), &timings).ok());
+  for (size_t i = bytes; i < out.size(); ++i) ASSERT_EQ(out[i], 0xA5) << i;
+  EXPECT_GT(timings.decode_ns, 0);
+  EXPECT_GT(timings.transform_ns, 0);
+}
+
+}  // namespace
+}  // namespace stoker::server
