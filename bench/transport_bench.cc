@@ -42,6 +42,7 @@
 #include "client/host_batch.h"
 #include "client/stream_reader.h"
 #include "common/batch_wire.h"
+#include "common/malloc_tuning.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
@@ -224,6 +225,8 @@ absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseGrpcArgs(
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Same process settings as stoker_server and stoker_fetch.
+  stoker::common::TuneMallocForLargeBuffers();
   absl::SetProgramUsageMessage(
       "gRPC transport throughput with Stoker's zero-copy batch encoding, "
       "in one process over 127.0.0.1.");

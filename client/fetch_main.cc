@@ -20,6 +20,7 @@
 #include "client/loader.h"
 #include "client/server_list.h"
 #include "common/transform_spec.h"
+#include "common/malloc_tuning.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, servers, "",
@@ -133,6 +134,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  stoker::common::TuneMallocForLargeBuffers();
   absl::SetProgramUsageMessage(
       "Streams epochs from Stoker servers and prints throughput.\n"
       "Example: stoker_fetch --servers=localhost:50051 --dataset=train "

@@ -21,6 +21,7 @@
 #include "server/data_service.h"
 #include "server/dataset.h"
 #include "server/server.h"
+#include "common/malloc_tuning.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(int, port, 50051, "TCP port to listen on (0 picks a free port).");
@@ -139,6 +140,7 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  stoker::common::TuneMallocForLargeBuffers();
   absl::SetProgramUsageMessage(
       "Serves WebDataset .tar shards as decoded, augmented uint8 batches.\n"
       "Example: stoker_server --port=50051 --dataset=train='/data/train-*.tar'");
