@@ -1,4 +1,5 @@
 #include "server/dataset.h"
+#include "tests/testing/temp_dir.h"
 
 #include <sys/stat.h>
 
@@ -24,15 +25,7 @@ using ::testing::StartsWith;
 class DatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    ASSERT_NE(tmp, nullptr);
-    dir_ = absl::StrCat(
-        tmp, "/",
-        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ASSERT_EQ(
-        std::system(absl::StrCat("rm -rf '", dir_, "' && mkdir -p '", dir_, "'")
-                        .c_str()),
-        0);
+    dir_ = stoker::testing::TempDirForCurrentTest();
   }
 
   std::string Path(const std::string& name) const {

@@ -1,4 +1,5 @@
 #include "server/shard_reader.h"
+#include "tests/testing/temp_dir.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,15 +44,7 @@ std::string Bytes(int n, int salt) {
 class ShardReaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    ASSERT_NE(tmp, nullptr);
-    dir_ = absl::StrCat(
-        tmp, "/",
-        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ASSERT_EQ(
-        std::system(absl::StrCat("rm -rf '", dir_, "' && mkdir -p '", dir_, "'")
-                        .c_str()),
-        0);
+    dir_ = stoker::testing::TempDirForCurrentTest();
   }
 
   std::string Path(const std::string& name) const {

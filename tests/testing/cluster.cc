@@ -1,8 +1,5 @@
 #include "tests/testing/cluster.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,16 +9,6 @@
 #include "server/dataset.h"
 
 namespace stoker::testing {
-
-std::string TempDir(const std::string& name) {
-  static std::atomic<int> counter{0};
-  const char* root = std::getenv("TEST_TMPDIR");
-  std::string dir = absl::StrCat(root != nullptr ? root : "/tmp", "/", name,
-                                 "_", counter.fetch_add(1));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 tools::SampleShardsOptions SmallShardOptions() {
   tools::SampleShardsOptions options;

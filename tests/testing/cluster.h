@@ -13,12 +13,10 @@
 #include "client/loader.h"
 #include "server/data_service.h"
 #include "server/server.h"
+#include "tests/testing/temp_dir.h"
 #include "tools/sample_shards.h"
 
 namespace stoker::testing {
-
-// A fresh directory under TEST_TMPDIR (unique per call).
-std::string TempDir(const std::string& name);
 
 struct ShardSet {
   tools::SampleShardsOptions options;

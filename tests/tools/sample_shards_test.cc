@@ -1,4 +1,5 @@
 #include "tools/sample_shards.h"
+#include "tests/testing/temp_dir.h"
 
 #include <unistd.h>
 
@@ -40,15 +41,7 @@ std::string GnuTar() {
 class SampleShardsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    ASSERT_NE(tmp, nullptr);
-    dir_ = absl::StrCat(
-        tmp, "/",
-        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ASSERT_EQ(
-        std::system(absl::StrCat("rm -rf '", dir_, "' && mkdir -p '", dir_, "'")
-                        .c_str()),
-        0);
+    dir_ = stoker::testing::TempDirForCurrentTest();
   }
 
   std::string Path(const std::string& name) const {
