@@ -208,6 +208,32 @@ TEST_F(ClusterTest, ServerJoiningMidEpochGetsWork) {
   EXPECT_GT(by_server[two->address(1)], 0);
 }
 
+TEST_F(ClusterTest, ServerThatComesBackIsUsedAgain) {
+  const std::string single = SingleServerDigest();
+  auto two = Start(2);
+  auto loader =
+      client::Loader::Create(TestLoaderOptions(two->specs(), kDataset, 3));
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  std::vector<client::HostBatch> batches;
+  while (true) {
+    auto batch = (*loader)->Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    batches.push_back(*std::move(batch));
+    if (batches.size() == 2) two->Kill(0);
+    if (batches.size() == 5) {
+      // Server 0 comes back on its port; then server 1 dies, so the rest of
+      // the epoch can only come from the returning server.
+      ASSERT_TRUE(two->Restart(0).ok());
+      two->Kill(1);
+    }
+  }
+  EXPECT_EQ(Digest(batches), single);
+  ExpectEachSampleOnce(batches, 48);
+  EXPECT_GE((*loader)->stats().stream_failures, 1);
+}
+
 TEST_F(ClusterTest, ResumeFromCursorEqualsTheUninterruptedRun) {
   auto cluster = Start(2);
   for (bool in_order : {true, false}) {
