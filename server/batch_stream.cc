@@ -1,5 +1,6 @@
 #include "server/batch_stream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -23,7 +24,7 @@ int64_t NowNs() {
 struct BatchStream::Pending {
   int64_t index = 0;
   std::vector<int64_t> samples;
-  std::unique_ptr<std::string> pixels;
+  std::unique_ptr<PixelBytes> pixels;
   std::vector<int32_t> labels;
   // Empty status = sample delivered.
   std::vector<absl::Status> errors;
@@ -69,8 +70,9 @@ void BatchStream::ScheduleLocked() {
     batch->index = next_to_schedule_++;
     setup_.plan->BatchSamples(batch->index, &batch->samples);
     const int n = static_cast<int>(batch->samples.size());
-    batch->pixels = std::make_unique<std::string>();
-    batch->pixels->resize(sample_bytes_ * n);
+    batch->pixels = std::make_unique<PixelBytes>();
+    batch->pixels->size = sample_bytes_ * n;
+    batch->pixels->data.reset(new uint8_t[std::max<size_t>(1, batch->pixels->size)]);
     batch->labels.assign(n, 0);
     batch->errors.assign(n, absl::OkStatus());
     batch->remaining.store(n);
@@ -111,7 +113,7 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
             common::SampleKey(setup_.seed, setup_.epoch, sample));
         SampleTimings timings;
         uint8_t* dst =
-            reinterpret_cast<uint8_t*>(&(*batch->pixels)[0]) +
+            batch->pixels->data.get() +
             sample_bytes_ * slot;
         status = worker->processor.Process(worker->image_bytes, is_jpeg,
                                            geometry, dst, &timings);
@@ -139,8 +141,9 @@ void BatchStream::FinishBatch(Pending* batch) {
     const absl::Status& error = batch->errors[slot];
     if (error.ok()) {
       if (out != slot) {
-        std::memmove(&(*batch->pixels)[sample_bytes_ * out],
-                     &(*batch->pixels)[sample_bytes_ * slot], sample_bytes_);
+        std::memmove(batch->pixels->data.get() + sample_bytes_ * out,
+                     batch->pixels->data.get() + sample_bytes_ * slot,
+                     sample_bytes_);
         batch->samples[out] = batch->samples[slot];
         batch->labels[out] = batch->labels[slot];
       }
@@ -168,7 +171,7 @@ void BatchStream::FinishBatch(Pending* batch) {
   }
   batch->samples.resize(out);
   batch->labels.resize(out);
-  batch->pixels->resize(sample_bytes_ * out);
+  batch->pixels->size = sample_bytes_ * out;
   batch->errors.clear();
   batch->skipped = std::move(skipped);
   {

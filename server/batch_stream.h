@@ -69,11 +69,18 @@ struct BatchStreamSetup {
   std::function<void(const v1::SkippedSample&)> on_skipped;
 };
 
+// A batch's pixel bytes. Allocated without zero-filling (every byte is
+// written by a worker) and handed to the transport as is.
+struct PixelBytes {
+  std::unique_ptr<uint8_t[]> data;
+  size_t size = 0;
+};
+
 // A finished batch: the header (every Batch field but pixels) and the pixel
 // bytes, which the transport may send without copying.
 struct ReadyBatch {
   v1::Batch header;
-  std::unique_ptr<std::string> pixels;
+  std::unique_ptr<PixelBytes> pixels;
 };
 
 class BatchStream : public std::enable_shared_from_this<BatchStream> {

@@ -22,12 +22,12 @@ grpc::ByteBuffer SerializedBuffer(const std::string& bytes) {
 
 // Prefix slice plus a slice that owns and points into the pixel buffer.
 grpc::ByteBuffer EncodeBatch(ReadyBatch batch) {
-  std::string* pixels = batch.pixels.release();
+  PixelBytes* pixels = batch.pixels.release();
   grpc::Slice slices[2] = {
-      grpc::Slice(common::EncodeBatchPrefix(batch.header, pixels->size())),
+      grpc::Slice(common::EncodeBatchPrefix(batch.header, pixels->size)),
       grpc::Slice(
-          pixels->data(), pixels->size(),
-          [](void* p) { delete static_cast<std::string*>(p); }, pixels)};
+          pixels->data.get(), pixels->size,
+          [](void* p) { delete static_cast<PixelBytes*>(p); }, pixels)};
   return grpc::ByteBuffer(slices, 2);
 }
 
