@@ -3,7 +3,7 @@
 // through SampleProcessor with and without its JPEG shortcuts, and the
 // OpenCV decode + INTER_AREA / INTER_LINEAR path for comparison.
 //
-//   bazel run -c opt //server:image_path_bench -- [images] [passes]
+//   bazel run //server:image_path_bench -- [images] [passes] [repeats]
 //
 // Not a test: numbers depend on the machine and its load.
 
@@ -21,6 +21,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "absl/status/status.h"
 #include "common/geometry.h"
 #include "server/jpeg_decoder.h"
 #include "server/resample.h"
@@ -63,49 +64,82 @@ common::SampleGeometry RandomResizedCrop(int width, int height,
   return g;
 }
 
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
-      .count();
+// Runs `body(i)` for i in [0, total) `repeats` times; returns the best
+// (least disturbed) wall time in seconds.
+double BestOf(int repeats, int total, const std::function<void(int)>& body) {
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < total; ++i) body(i);
+    best = std::min(best, std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - start)
+                              .count());
+  }
+  return best;
 }
 
 void Report(const char* name, int images, double seconds) {
-  std::printf("%-58s %8.0f img/s  (%6.1f us/img)\n", name, images / seconds,
+  std::printf("%-60s %7.0f img/s  (%6.1f us/img)\n", name, images / seconds,
               1e6 * seconds / images);
 }
 
+void Check(const absl::Status& status) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "unexpected error: %s\n", status.ToString().c_str());
+    std::abort();
+  }
+}
+
 int Main(int argc, char** argv) {
+  cv::setNumThreads(1);  // one thread for every row, OpenCV included
   const int num_images = argc > 1 ? std::atoi(argv[1]) : 200;
-  const int passes = argc > 2 ? std::atoi(argv[2]) : 5;
-  std::printf("generating %d photo-like 500x375 JPEGs (quality 90, 4:2:0)\n",
-              num_images);
+  const int passes = argc > 2 ? std::atoi(argv[2]) : 3;
+  const int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
+  std::printf(
+      "%d photo-like 500x375 JPEGs (quality 90, 4:2:0), %d passes, best of "
+      "%d; one thread\n",
+      num_images, passes, repeats);
   std::vector<std::string> jpegs;
   for (int i = 0; i < num_images; ++i) {
     jpegs.push_back(
         testing::EncodeJpeg(testing::PhotoLikeImage(500, 375, 1000 + i), 90));
   }
+  const int total = num_images * passes;
   std::mt19937 engine(7);
   std::vector<common::SampleGeometry> geometries;
-  for (int i = 0; i < num_images * passes; ++i) {
+  for (int i = 0; i < total; ++i) {
     geometries.push_back(RandomResizedCrop(500, 375, &engine));
   }
   std::vector<uint8_t> out(kOut * kOut * 3);
-  const int total = num_images * passes;
   uint64_t checksum = 0;
+  JpegDecoder decoder;
+  DecodedImage image;
 
-  {
-    JpegDecoder decoder;
-    DecodedImage image;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < total; ++i) {
-      if (!decoder.Decode(jpegs[i % num_images], {0, 0, 500, 375}, 1, &image)
-               .ok()) {
-        std::abort();
-      }
-      checksum += image.pixels[i % 1000];
-    }
-    Report("full-frame libjpeg decode (JpegDecoder)", total,
-           Seconds(start));
-  }
+  Report("JpegDecoder::ReadInfo (headers only)", total,
+         BestOf(repeats, total, [&](int i) {
+           checksum += decoder.ReadInfo(jpegs[i % num_images])->width;
+         }));
+  Report("full-frame decode (JpegDecoder, scale 1)", total,
+         BestOf(repeats, total, [&](int i) {
+           Check(decoder.Decode(jpegs[i % num_images], {0, 0, 500, 375}, 1,
+                                &image));
+           checksum += image.pixels[i % 1000];
+         }));
+
+  // The RandomResizedCrop box as a whole-pixel region.
+  auto region = [&geometries](int i) {
+    const common::Box& b = geometries[i].source;
+    const int x0 = static_cast<int>(std::floor(b.x0));
+    const int y0 = static_cast<int>(std::floor(b.y0));
+    return JpegDecoder::Region{x0, y0,
+                               static_cast<int>(std::ceil(b.x1)) - x0,
+                               static_cast<int>(std::ceil(b.y1)) - y0};
+  };
+  Report("RRC 224: crop-region decode only (no resize)", total,
+         BestOf(repeats, total, [&](int i) {
+           Check(decoder.Decode(jpegs[i % num_images], region(i), 1, &image));
+           checksum += image.pixels[i % 100];
+         }));
 
   struct Variant {
     const char* name;
@@ -113,83 +147,94 @@ int Main(int argc, char** argv) {
     bool partial;
   };
   for (const Variant& v :
-       {Variant{"RRC 224: SampleProcessor (partial + DCT scaling)", true, true},
-        Variant{"RRC 224: SampleProcessor (partial, no DCT scaling)", false,
+       {Variant{"RRC 224: SampleProcessor, partial decode + DCT scaling", true,
                 true},
-        Variant{"RRC 224: SampleProcessor (DCT scaling, full width)", true,
-                false},
-        Variant{"RRC 224: SampleProcessor (full decode + resample)", false,
+        Variant{"RRC 224: SampleProcessor, partial decode, no DCT scaling",
+                false, true},
+        Variant{"RRC 224: SampleProcessor, full decode, no DCT scaling", false,
                 false}}) {
     SampleProcessorOptions options;
     options.dct_scaling = v.dct;
     options.partial_decode = v.partial;
     SampleProcessor processor(options);
     int64_t decode_ns = 0, transform_ns = 0;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < total; ++i) {
+    const double seconds = BestOf(repeats, total, [&](int i) {
       SampleTimings timings;
-      if (!processor
-               .Process(jpegs[i % num_images], true, geometries[i], out.data(),
-                        &timings)
-               .ok()) {
-        std::abort();
-      }
+      Check(processor.Process(jpegs[i % num_images], true, geometries[i],
+                              out.data(), &timings));
       decode_ns += timings.decode_ns;
       transform_ns += timings.transform_ns;
       checksum += out[i % out.size()];
-    }
-    Report(v.name, total, Seconds(start));
-    std::printf("%-58s decode %6.1f us, resample %6.1f us\n", "",
-                decode_ns / 1e3 / total, transform_ns / 1e3 / total);
+    });
+    Report(v.name, total, seconds);
+    std::printf("%-60s (decode %5.1f us, resample %5.1f us; mean of all runs)\n",
+                "", decode_ns / 1e3 / total / repeats,
+                transform_ns / 1e3 / total / repeats);
   }
-
   {
-    // Resampler alone on pre-decoded full frames.
-    std::vector<DecodedImage> decoded(std::min(num_images, 50));
-    JpegDecoder decoder;
-    for (size_t i = 0; i < decoded.size(); ++i) {
-      if (!decoder.Decode(jpegs[i], {0, 0, 500, 375}, 1, &decoded[i]).ok()) {
-        std::abort();
-      }
+    SampleProcessor processor;
+    Report("RRC 224: ReadInfo + SampleProcessor (as the server calls it)",
+           total, BestOf(repeats, total, [&](int i) {
+             const std::string& bytes = jpegs[i % num_images];
+             Check(processor.ReadInfo(bytes, true).status());
+             Check(processor.Process(bytes, true, geometries[i], out.data(),
+                                     nullptr));
+             checksum += out[i % out.size()];
+           }));
+  }
+  {
+    std::vector<DecodedImage> frames(std::min(num_images, 40));
+    for (size_t i = 0; i < frames.size(); ++i) {
+      Check(decoder.Decode(jpegs[i], {0, 0, 500, 375}, 1, &frames[i]));
     }
     Resampler resampler;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < total; ++i) {
-      const DecodedImage& d = decoded[i % decoded.size()];
-      const common::Box& b = geometries[i].source;
-      if (!resampler
-               .Resample(d.pixels.data(), d.width, d.height, d.stride, 3, b.x0,
-                         b.y0, b.x1, b.y1, kOut, kOut,
-                         geometries[i].flip_horizontal, out.data(), kOut * 3)
-               .ok()) {
-        std::abort();
-      }
-      checksum += out[i % out.size()];
-    }
-    Report("RRC 224: Resampler only, from full 500x375 frames", total,
-           Seconds(start));
+    Report("RRC 224: Resampler only (from 40 decoded full frames)", total,
+           BestOf(repeats, total, [&](int i) {
+             const DecodedImage& d = frames[i % frames.size()];
+             const common::Box& b = geometries[i].source;
+             Check(resampler.Resample(d.pixels.data(), d.width, d.height,
+                                      d.stride, 3, b.x0, b.y0, b.x1, b.y1,
+                                      kOut, kOut, geometries[i].flip_horizontal,
+                                      out.data(), kOut * 3));
+             checksum += out[i % out.size()];
+           }));
   }
 
-  for (int interpolation : {cv::INTER_AREA, cv::INTER_LINEAR}) {
+  for (int interpolation : {cv::INTER_LINEAR, cv::INTER_AREA}) {
     cv::Mat resized;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < total; ++i) {
-      const std::string& bytes = jpegs[i % num_images];
-      const cv::Mat raw(1, static_cast<int>(bytes.size()), CV_8UC1,
-                        const_cast<char*>(bytes.data()));
-      const cv::Mat image = cv::imdecode(raw, cv::IMREAD_COLOR);
-      const common::Box& b = geometries[i].source;
-      const cv::Rect crop(static_cast<int>(b.x0), static_cast<int>(b.y0),
-                          static_cast<int>(b.width()),
-                          static_cast<int>(b.height()));
-      cv::resize(image(crop), resized, cv::Size(kOut, kOut), 0, 0,
-                 interpolation);
-      checksum += resized.data[i % 1000];
-    }
     Report(interpolation == cv::INTER_AREA
-               ? "RRC 224: cv::imdecode full + cv::resize INTER_AREA"
-               : "RRC 224: cv::imdecode full + cv::resize INTER_LINEAR",
-           total, Seconds(start));
+               ? "RRC 224: crop-region decode + cv::resize INTER_AREA"
+               : "RRC 224: crop-region decode + cv::resize INTER_LINEAR",
+           total, BestOf(repeats, total, [&](int i) {
+             Check(decoder.Decode(jpegs[i % num_images], region(i), 1, &image));
+             const common::Box& b = geometries[i].source;
+             const cv::Mat decoded(image.height, image.width, CV_8UC3,
+                                   image.pixels.data(), image.stride);
+             const cv::Rect crop(static_cast<int>(b.x0 - image.src_x0),
+                                 static_cast<int>(b.y0 - image.src_y0),
+                                 static_cast<int>(b.width()),
+                                 static_cast<int>(b.height()));
+             cv::resize(decoded(crop), resized, cv::Size(kOut, kOut), 0, 0,
+                        interpolation);
+             checksum += resized.data[i % 1000];
+           }));
+  }
+  {
+    cv::Mat resized;
+    Report("RRC 224: cv::imdecode (full) + cv::resize INTER_AREA", total,
+           BestOf(repeats, total, [&](int i) {
+             const std::string& bytes = jpegs[i % num_images];
+             const cv::Mat raw(1, static_cast<int>(bytes.size()), CV_8UC1,
+                               const_cast<char*>(bytes.data()));
+             const cv::Mat decoded = cv::imdecode(raw, cv::IMREAD_COLOR);
+             const common::Box& b = geometries[i].source;
+             const cv::Rect crop(static_cast<int>(b.x0), static_cast<int>(b.y0),
+                                 static_cast<int>(b.width()),
+                                 static_cast<int>(b.height()));
+             cv::resize(decoded(crop), resized, cv::Size(kOut, kOut), 0, 0,
+                        cv::INTER_AREA);
+             checksum += resized.data[i % 1000];
+           }));
   }
   std::printf("(checksum %llu)\n", static_cast<unsigned long long>(checksum));
   return 0;

@@ -74,6 +74,9 @@ struct JpegDecoder::State {
   ErrorManager err;
 
   void Reset() {
+    // Returns the decompressor to its idle state even if a previous call
+    // left it mid-image (e.g. std::bad_alloc from growing `pixels`).
+    jpeg_abort_decompress(&cinfo);
     err.saw_eof = false;
     err.pub.num_warnings = 0;
     err.message[0] = '\0';

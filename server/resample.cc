@@ -17,11 +17,13 @@ namespace {
 
 using AxisTable = Resampler::AxisTable;
 
-// Bytes past the last pixel of an input row that the SIMD horizontal kernel
-// may read (see the load-width comments in HorizontalRowSsse3); rounded up.
+// Bytes past the last pixel of an input row that the SIMD horizontal kernels
+// may read (4; see HorizontalPixel128), rounded up.
 constexpr int kRowSlack = 16;
 // Pillow's limit on fractional bits for 8-bit images (int32 accumulators).
 constexpr int kMaxPrecision = 22;
+// Larger downscales would need windows too wide for int16 weights.
+constexpr double kMaxDownscale = 4096;
 
 double Triangle(double x) {
   x = std::fabs(x);
@@ -36,7 +38,7 @@ void ComputeAxis(int in_size, double in0, double in1, int out_size, bool flip,
                  AxisTable* table) {
   const double scale = (in1 - in0) / out_size;
   const double filter_scale = std::max(scale, 1.0);
-  const double support = 1.0 * filter_scale;
+  const double support = 1.0 * filter_scale;  // the triangle's is 1
   const int ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
 
   if (scratch->size() < static_cast<size_t>(out_size) * ksize) {
@@ -157,9 +159,10 @@ void HorizontalScalar(const uint8_t* const* rows, int num_rows, int length,
     for (int x = 0; x < t.out_size; ++x) {
       const int16_t* w = t.weights.data() + static_cast<size_t>(x) * t.taps;
       int32_t r = round, g = round, b = round;
-      for (int k = 0; k < t.taps; ++k) {
-        const int idx = std::min(t.start[x] + k, length - 1);
-        const uint8_t* p = in + 3 * idx;
+      // Taps past the input end (only when length < taps) have weight 0.
+      const int taps = std::min(t.taps, length - t.start[x]);
+      const uint8_t* p = in + 3 * t.start[x];
+      for (int k = 0; k < taps; ++k, p += 3) {
         r += p[0] * w[k];
         g += p[1] * w[k];
         b += p[2] * w[k];
@@ -666,6 +669,12 @@ absl::Status Resampler::Resample(const uint8_t* src, int src_w, int src_h,
     return absl::InvalidArgumentError(absl::StrCat(
         "Resample: box [", box_x0, ", ", box_x1, ") x [", box_y0, ", ", box_y1,
         ") is empty or outside the ", src_w, "x", src_h, " source"));
+  }
+  if ((box_x1 - box_x0) / out_w > kMaxDownscale ||
+      (box_y1 - box_y0) / out_h > kMaxDownscale) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Resample: downscaling by more than ", kMaxDownscale,
+                     " is not supported"));
   }
 
   ComputeAxis(src_w, box_x0, box_x1, out_w, flip_horizontal, &scratch_weights_,

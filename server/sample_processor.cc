@@ -180,9 +180,10 @@ absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
       3, x0, y0, x1, y1, geometry.out_width, geometry.out_height,
       geometry.flip_horizontal, dst, 3 * geometry.out_width);
   if (!status.ok()) {
-    return absl::InternalError(
-        absl::StrCat("resampling a validated geometry failed: ",
-                     status.message()));
+    // Only limits the shape checks above do not cover (e.g. downscaling by
+    // more than 4096) get here.
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported geometry: ", status.message()));
   }
   if (timings != nullptr) {
     const int64_t t2 = NowNs();

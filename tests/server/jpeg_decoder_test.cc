@@ -1,7 +1,9 @@
 #include "server/jpeg_decoder.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>

@@ -83,7 +83,7 @@ int MaxAbsDiff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
 double Psnr(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   double squared = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    const double d = double{a[i]} - double{b[i]};
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
     squared += d * d;
   }
   if (squared == 0) return std::numeric_limits<double>::infinity();

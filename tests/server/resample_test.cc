@@ -96,7 +96,8 @@ TEST_F(ResampleTest, ExtremeAspectRatiosAndTinyImagesMatchReference) {
                         Case{12, 1000, 0, 0, 12, 1000, 200, 5},
                         Case{1, 1, 0, 0, 1, 1, 7, 3},
                         Case{3, 2, 0.5, 0.25, 2.75, 2, 1, 1},
-                        Case{2000, 40, 0, 0, 2000, 40, 9, 4}}) {
+                        Case{2000, 40, 0, 0, 2000, 40, 9, 4},
+                        Case{4000, 3, 0.5, 0, 4000, 3, 1, 2}}) {
     EXPECT_LE(CompareWithReference(resampler_, c, false), 1)
         << c.src_w << "x" << c.src_h << " -> " << c.out_w << "x" << c.out_h;
     EXPECT_LE(CompareWithReference(resampler_, c, true), 1)
@@ -274,6 +275,11 @@ TEST_F(ResampleTest, RejectsInvalidArguments) {
       absl::IsInvalidArgument(run(src.data(), 3, 0, 0, 10, 10, 0, 30)));
   EXPECT_TRUE(
       absl::IsInvalidArgument(run(src.data(), 3, 0, 0, 10, 10, 5, 29)));
+  // Downscaling by more than 4096 (weights would not fit int16).
+  std::vector<uint8_t> wide(5000 * 3);
+  EXPECT_TRUE(absl::IsInvalidArgument(resampler_.Resample(
+      wide.data(), 5000, 1, 15000, 3, 0, 0, 5000, 1, 1, 1, false, dst.data(),
+      3)));
 }
 
 }  // namespace
