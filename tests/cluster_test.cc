@@ -120,17 +120,12 @@ TEST_F(ClusterTest, KillingOneOfThreeMidEpochStillDeliversEverySampleOnce) {
   auto loader =
       client::Loader::Create(TestLoaderOptions(three->specs(), kDataset, 3));
   ASSERT_TRUE(loader.ok());
-  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
-  std::vector<client::HostBatch> batches;
-  while (true) {
-    auto batch = (*loader)->Next();
-    if (absl::IsOutOfRange(batch.status())) break;
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    batches.push_back(*std::move(batch));
-    if (batches.size() == 3) three->Kill(1);
-  }
-  EXPECT_EQ(Digest(batches), single);
-  ExpectEachSampleOnce(batches, 48);
+  auto batches = ReadEpoch(**loader, 0, [&](size_t delivered) {
+    if (delivered == 3) three->Kill(1);
+  });
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  EXPECT_EQ(Digest(*batches), single);
+  ExpectEachSampleOnce(*batches, 48);
 }
 
 TEST_F(ClusterTest, StalledServerIsDetectedAndItsWorkReissued) {
@@ -186,24 +181,18 @@ TEST_F(ClusterTest, ServerJoiningMidEpochGetsWork) {
   };
   auto loader = client::Loader::Create(options);
   ASSERT_TRUE(loader.ok()) << loader.status();
-  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
-  std::vector<client::HostBatch> batches;
-  while (true) {
-    auto batch = (*loader)->Next();
-    if (absl::IsOutOfRange(batch.status())) break;
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    batches.push_back(*std::move(batch));
-    if (batches.size() == 2) {
-      // Server 1 joins the name and server 0 dies: the rest must come
-      // from the newcomer.
-      {
-        absl::MutexLock lock(&mu);
-        addresses = {two->address(1)};
-      }
-      two->Kill(0);
+  auto batches = ReadEpoch(**loader, 0, [&](size_t delivered) {
+    if (delivered != 2) return;
+    // Server 1 joins the name and server 0 dies: the rest must come from
+    // the newcomer.
+    {
+      absl::MutexLock lock(&mu);
+      addresses = {two->address(1)};
     }
-  }
-  ExpectEachSampleOnce(batches, 48);
+    two->Kill(0);
+  });
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  ExpectEachSampleOnce(*batches, 48);
   auto by_server = (*loader)->stats().batches_by_server;
   EXPECT_GT(by_server[two->address(1)], 0);
 }
@@ -214,23 +203,20 @@ TEST_F(ClusterTest, ServerThatComesBackIsUsedAgain) {
   auto loader =
       client::Loader::Create(TestLoaderOptions(two->specs(), kDataset, 3));
   ASSERT_TRUE(loader.ok());
-  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
-  std::vector<client::HostBatch> batches;
-  while (true) {
-    auto batch = (*loader)->Next();
-    if (absl::IsOutOfRange(batch.status())) break;
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    batches.push_back(*std::move(batch));
-    if (batches.size() == 2) two->Kill(0);
-    if (batches.size() == 5) {
+  absl::Status restarted;
+  auto batches = ReadEpoch(**loader, 0, [&](size_t delivered) {
+    if (delivered == 2) two->Kill(0);
+    if (delivered == 5) {
       // Server 0 comes back on its port; then server 1 dies, so the rest of
       // the epoch can only come from the returning server.
-      ASSERT_TRUE(two->Restart(0).ok());
+      restarted = two->Restart(0);
       two->Kill(1);
     }
-  }
-  EXPECT_EQ(Digest(batches), single);
-  ExpectEachSampleOnce(batches, 48);
+  });
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  EXPECT_EQ(Digest(*batches), single);
+  ExpectEachSampleOnce(*batches, 48);
   EXPECT_GE((*loader)->stats().stream_failures, 1);
 }
 

@@ -131,8 +131,9 @@ client::LoaderOptions TestLoaderOptions(std::vector<client::ServerSpec> servers,
   return options;
 }
 
-absl::StatusOr<std::vector<client::HostBatch>> ReadEpoch(client::Loader& loader,
-                                                         int64_t epoch) {
+absl::StatusOr<std::vector<client::HostBatch>> ReadEpoch(
+    client::Loader& loader, int64_t epoch,
+    const std::function<void(size_t delivered)>& after_batch) {
   if (absl::Status s = loader.StartEpoch(epoch); !s.ok()) return s;
   std::vector<client::HostBatch> batches;
   while (true) {
@@ -140,6 +141,7 @@ absl::StatusOr<std::vector<client::HostBatch>> ReadEpoch(client::Loader& loader,
     if (absl::IsOutOfRange(batch.status())) return batches;
     if (!batch.ok()) return batch.status();
     batches.push_back(*std::move(batch));
+    if (after_batch) after_batch(batches.size());
   }
 }
 

@@ -4,6 +4,7 @@
 // Test helpers: synthetic shard sets under TEST_TMPDIR, in-process clusters
 // of real Stoker servers on port 0, and loader shortcuts.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,8 +78,11 @@ client::LoaderOptions TestLoaderOptions(std::vector<client::ServerSpec> servers,
                                         int batch_size, int size = 32);
 
 // Runs epoch `epoch` to its end and returns every batch in delivery order.
-absl::StatusOr<std::vector<client::HostBatch>> ReadEpoch(client::Loader& loader,
-                                                         int64_t epoch);
+// `after_batch`, if set, is called with the number of batches delivered so
+// far after each one (to kill or add servers mid-epoch).
+absl::StatusOr<std::vector<client::HostBatch>> ReadEpoch(
+    client::Loader& loader, int64_t epoch,
+    const std::function<void(size_t delivered)>& after_batch = nullptr);
 
 // Digest of a sequence of batches (pixels, labels, indices).
 std::string Digest(const std::vector<client::HostBatch>& batches);
