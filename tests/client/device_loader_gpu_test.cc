@@ -29,23 +29,6 @@ FakeBatchSpec Spec(int64_t index, int n, int height, int width) {
   return s;
 }
 
-std::vector<uint8_t> Expected(const FakeBatchSpec& spec,
-                              const ConvertOptions& options) {
-  const std::vector<uint8_t> pixels = FakeBatchSource::Pixels(spec);
-  const ImageShape shape{spec.n, spec.height, spec.width, spec.channels};
-  std::vector<uint8_t> out(ConvertedBytes(shape, options.dtype));
-  EXPECT_TRUE(ConvertOnHost(pixels.data(), shape, options, out.data()).ok());
-  return out;
-}
-
-std::vector<int64_t> ExpectedLabels(const FakeBatchSpec& spec) {
-  std::vector<int64_t> out;
-  for (int i = 0; i < spec.n; ++i) {
-    out.push_back(FakeBatchSource::Label(spec.batch_index, i));
-  }
-  return out;
-}
-
 std::vector<uint8_t> ToHost(const void* device, size_t bytes) {
   std::vector<uint8_t> out(bytes);
   absl::Status s = CudaMemcpy(out.data(), device, bytes);
@@ -179,7 +162,7 @@ TEST_F(DeviceLoaderGpuTest, ConsumerStreamSeesCompleteDataAfterWaitOn) {
   }
   ASSERT_TRUE(CudaStreamSynchronize(consumer_).ok());
   for (int i = 0; i < kBatches; ++i) {
-    EXPECT_EQ(ToHost(copies[i], bytes), Expected(specs[i], o.convert))
+    EXPECT_EQ(ToHost(copies[i], bytes), ExpectedConversion(specs[i], o.convert))
         << "batch " << i;
     CudaFree(copies[i]);
   }
@@ -208,10 +191,10 @@ TEST_F(DeviceLoaderGpuTest, SlotIsNotReusedUntilTheConsumersWorkIsDone) {
     ASSERT_TRUE(b.ok()) << b.status();
     ASSERT_TRUE(b->Synchronize().ok());
     EXPECT_EQ(ToHost(b->data(), b->data_bytes()),
-              Expected(specs[i], o.convert));
+              ExpectedConversion(specs[i], o.convert));
   }
   ASSERT_TRUE(CudaStreamSynchronize(consumer_).ok());
-  EXPECT_EQ(ToHost(*copy, bytes), Expected(specs[0], o.convert));
+  EXPECT_EQ(ToHost(*copy, bytes), ExpectedConversion(specs[0], o.convert));
   CudaFree(*copy);
 }
 
@@ -229,11 +212,11 @@ TEST_F(DeviceLoaderGpuTest, StopWithBatchesOutstandingReturnsCleanly) {
   loader->Stop();
   EXPECT_EQ(loader->Next().status().code(), absl::StatusCode::kCancelled);
   ASSERT_TRUE(b->Synchronize().ok());
-  EXPECT_EQ(ToHost(b->data(), b->data_bytes()), Expected(specs[1], o.convert));
+  EXPECT_EQ(ToHost(b->data(), b->data_bytes()), ExpectedConversion(specs[1], o.convert));
   loader.reset();
   // The batches outlive the loader; `a` releases on consumer_ at scope exit.
   ASSERT_TRUE(a->Synchronize().ok());
-  EXPECT_EQ(ToHost(a->data(), a->data_bytes()), Expected(specs[0], o.convert));
+  EXPECT_EQ(ToHost(a->data(), a->data_bytes()), ExpectedConversion(specs[0], o.convert));
   EXPECT_EQ(LabelsToHost(*a), ExpectedLabels(specs[0]));
   b->Release(consumer_);
   EXPECT_FALSE(b->valid());
@@ -252,7 +235,7 @@ TEST_F(DeviceLoaderGpuTest, AcceptsPageableHostBatches) {
     absl::StatusOr<DeviceBatch> b = (*loader)->Next();
     ASSERT_TRUE(b.ok()) << b.status();
     ASSERT_TRUE(b->Synchronize().ok());
-    EXPECT_EQ(ToHost(b->data(), b->data_bytes()), Expected(s, o.convert));
+    EXPECT_EQ(ToHost(b->data(), b->data_bytes()), ExpectedConversion(s, o.convert));
   }
   (*loader)->Stop();
 }

@@ -39,17 +39,6 @@ FakeBatchSpec Spec(int64_t epoch, int64_t index, int n = kBatch) {
   return s;
 }
 
-// What a batch's data() must hold: the host conversion of the fake pixels
-// (itself checked against an independent reference in convert_test).
-std::vector<uint8_t> Expected(const FakeBatchSpec& spec,
-                              const ConvertOptions& options) {
-  const std::vector<uint8_t> pixels = FakeBatchSource::Pixels(spec);
-  const ImageShape shape{spec.n, spec.height, spec.width, spec.channels};
-  std::vector<uint8_t> out(ConvertedBytes(shape, options.dtype));
-  EXPECT_TRUE(ConvertOnHost(pixels.data(), shape, options, out.data()).ok());
-  return out;
-}
-
 std::vector<uint8_t> Bytes(const DeviceBatch& b) {
   const auto* p = static_cast<const uint8_t*>(b.data());
   return std::vector<uint8_t>(p, p + b.data_bytes());
@@ -57,14 +46,6 @@ std::vector<uint8_t> Bytes(const DeviceBatch& b) {
 
 std::vector<int64_t> Labels(const DeviceBatch& b) {
   return std::vector<int64_t>(b.labels(), b.labels() + b.size());
-}
-
-std::vector<int64_t> ExpectedLabels(const FakeBatchSpec& spec) {
-  std::vector<int64_t> out;
-  for (int i = 0; i < spec.n; ++i) {
-    out.push_back(FakeBatchSource::Label(spec.batch_index, i));
-  }
-  return out;
 }
 
 class DeviceLoaderTest : public ::testing::Test {
@@ -130,7 +111,7 @@ TEST_P(DeviceLoaderFormatTest, DeliversEveryBatchInOrderWithInt64Labels) {
     EXPECT_EQ(b->ready_event(), nullptr);
     EXPECT_TRUE(b->WaitOn(nullptr).ok());
     EXPECT_TRUE(b->Synchronize().ok());
-    EXPECT_EQ(Bytes(*b), Expected(spec, options.convert));
+    EXPECT_EQ(Bytes(*b), ExpectedConversion(spec, options.convert));
     EXPECT_EQ(Labels(*b), ExpectedLabels(spec));
     ASSERT_EQ(b->info().sample_indices.size(), static_cast<size_t>(spec.n));
     EXPECT_EQ(b->info().sample_indices[1],
@@ -228,7 +209,7 @@ TEST_F(DeviceLoaderTest, BadBatchesAreReportedAndTheLoaderGoesOn) {
   EXPECT_THAT(malformed.status().message(), HasSubstr("batch 1"));
   absl::StatusOr<DeviceBatch> good = loader_->Next();
   ASSERT_TRUE(good.ok()) << good.status();
-  EXPECT_EQ(Bytes(*good), Expected(Spec(0, 2), options.convert));
+  EXPECT_EQ(Bytes(*good), ExpectedConversion(Spec(0, 2), options.convert));
 }
 
 TEST_F(DeviceLoaderTest, HeldBatchIsNeverOverwritten) {
@@ -239,13 +220,13 @@ TEST_F(DeviceLoaderTest, HeldBatchIsNeverOverwritten) {
   Start();
   absl::StatusOr<DeviceBatch> held = loader_->Next();
   ASSERT_TRUE(held.ok());
-  const std::vector<uint8_t> want = Expected(Spec(0, 0), options.convert);
+  const std::vector<uint8_t> want = ExpectedConversion(Spec(0, 0), options.convert);
   std::set<void*> others;
   for (int i = 1; i < 12; ++i) {
     absl::StatusOr<DeviceBatch> b = loader_->Next();
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_NE(b->data(), held->data());
-    EXPECT_EQ(Bytes(*b), Expected(Spec(0, i), options.convert));
+    EXPECT_EQ(Bytes(*b), ExpectedConversion(Spec(0, i), options.convert));
     others.insert(b->data());
     // `b` is released here and its slot reused by later batches.
   }
@@ -271,7 +252,7 @@ TEST_F(DeviceLoaderTest, NextWithEverySlotHeldIsResourceExhausted) {
   c = loader_->Next();
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->batch_index(), 2);
-  EXPECT_EQ(Bytes(*b), Expected(Spec(0, 1), options.convert));
+  EXPECT_EQ(Bytes(*b), ExpectedConversion(Spec(0, 1), options.convert));
 }
 
 TEST_F(DeviceLoaderTest, StopWithBatchesOutstandingReturnsCleanly) {
@@ -289,11 +270,11 @@ TEST_F(DeviceLoaderTest, StopWithBatchesOutstandingReturnsCleanly) {
   EXPECT_EQ(loader_->Next().status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(loader_->pinned_allocator()->Allocate(1).status().code(),
             absl::StatusCode::kCancelled);
-  EXPECT_EQ(Bytes(*a), Expected(Spec(0, 0), options.convert));
+  EXPECT_EQ(Bytes(*a), ExpectedConversion(Spec(0, 0), options.convert));
   a->Release();
   loader_.reset();
   // Still valid after the loader is gone; released by its destructor.
-  EXPECT_EQ(Bytes(*b), Expected(Spec(0, 1), options.convert));
+  EXPECT_EQ(Bytes(*b), ExpectedConversion(Spec(0, 1), options.convert));
   EXPECT_EQ(Labels(*b), ExpectedLabels(Spec(0, 1)));
 }
 

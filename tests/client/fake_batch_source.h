@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/batch_source.h"
+#include "client/convert.h"
 #include "client/host_batch.h"
 
 namespace stoker::client {
@@ -162,6 +163,28 @@ class FakeBatchSource : public BatchSource {
   absl::Status exhausted_ ABSL_GUARDED_BY(mu_);
   int next_calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+
+// What a device loader must deliver for `spec`: the host conversion of the
+// fake pixels (ConvertOnHost is checked against an independent reference in
+// convert_test), and the labels widened to int64.
+inline std::vector<uint8_t> ExpectedConversion(const FakeBatchSpec& spec,
+                                               const ConvertOptions& options) {
+  const std::vector<uint8_t> pixels = FakeBatchSource::Pixels(spec);
+  const ImageShape shape{spec.n, spec.height, spec.width, spec.channels};
+  std::vector<uint8_t> out(ConvertedBytes(shape, options.dtype));
+  absl::Status s = ConvertOnHost(pixels.data(), shape, options, out.data());
+  if (!s.ok()) out.clear();  // never equal to a real conversion
+  return out;
+}
+
+inline std::vector<int64_t> ExpectedLabels(const FakeBatchSpec& spec) {
+  std::vector<int64_t> out;
+  for (int i = 0; i < spec.n; ++i) {
+    out.push_back(FakeBatchSource::Label(spec.batch_index, i));
+  }
+  return out;
+}
 
 }  // namespace stoker::client
 
