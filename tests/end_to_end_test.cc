@@ -360,6 +360,27 @@ TEST_F(EndToEndTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
   EXPECT_EQ(batches, 8);
 }
 
+// A stream a client opened, read one batch of, and then stopped reading;
+// cancelled when this goes out of scope.
+class HeldStream {
+ public:
+  explicit HeldStream(RawClient& client)
+      : reader_(client.stub().StreamBatches(&context_, LargeRequest())) {
+    v1::StreamBatchesResponse first;
+    started_ = reader_->Read(&first);
+  }
+  ~HeldStream() {
+    context_.TryCancel();
+    reader_->Finish();
+  }
+  bool started() const { return started_; }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::StreamBatchesResponse>> reader_;
+  bool started_ = false;
+};
+
 TEST_F(EndToEndTest, StreamsBeyondMaxStreamsAreRefused) {
   server::DataServiceOptions options = Cluster::DefaultServiceOptions();
   options.max_streams = 1;
@@ -367,16 +388,11 @@ TEST_F(EndToEndTest, StreamsBeyondMaxStreamsAreRefused) {
   auto cluster = StartCluster(options);
   ASSERT_NE(cluster, nullptr);
   RawClient client(cluster->address(0));
-  // Hold one stream open by not reading past its first message.
-  grpc::ClientContext held_context;
-  auto held = client.stub().StreamBatches(&held_context, LargeRequest());
-  v1::StreamBatchesResponse first;
-  ASSERT_TRUE(held->Read(&first));
+  HeldStream held(client);
+  ASSERT_TRUE(held.started());
   grpc::Status refused = client.Stream(ValidRequest());
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(), HasSubstr("--max_streams"));
-  held_context.TryCancel();
-  held->Finish();
 }
 
 TEST_F(EndToEndTest, ClientThatStopsReadingSlowsOnlyItsOwnStream) {
@@ -386,10 +402,8 @@ TEST_F(EndToEndTest, ClientThatStopsReadingSlowsOnlyItsOwnStream) {
   auto cluster = StartCluster(options);
   ASSERT_NE(cluster, nullptr);
   RawClient stalled(cluster->address(0));
-  grpc::ClientContext stalled_context;
-  auto held = stalled.stub().StreamBatches(&stalled_context, LargeRequest());
-  v1::StreamBatchesResponse first;
-  ASSERT_TRUE(held->Read(&first));
+  HeldStream held(stalled);
+  ASSERT_TRUE(held.started());
   // The stalled stream keeps its one worker free for others.
   auto loader =
       client::Loader::Create(TestLoaderOptions(cluster->specs(), kDataset, 4));
@@ -397,8 +411,6 @@ TEST_F(EndToEndTest, ClientThatStopsReadingSlowsOnlyItsOwnStream) {
   auto batches = ReadEpoch(**loader, 0);
   ASSERT_TRUE(batches.ok()) << batches.status();
   EXPECT_EQ(batches->size(), 8u);
-  stalled_context.TryCancel();
-  held->Finish();
 }
 
 TEST_F(EndToEndTest, FullSizeImageNetBatchCrossesTheWire) {
