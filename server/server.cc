@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 
 namespace stoker::server {
@@ -20,6 +21,9 @@ absl::StatusOr<std::unique_ptr<StokerServer>> StokerServer::Start(
     const ServerOptions& options, std::unique_ptr<DataService> service) {
   std::unique_ptr<StokerServer> server(
       new StokerServer(std::move(service), options.shutdown_grace));
+  // grpc.health.v1.Health reports SERVING once we listen (Kubernetes' grpc
+  // probes use it).
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen_address,

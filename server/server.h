@@ -1,7 +1,8 @@
 #ifndef STOKER_SERVER_SERVER_H_
 #define STOKER_SERVER_SERVER_H_
 
-// A running Stoker gRPC server: DataService + GrpcService + grpc::Server.
+// A running Stoker gRPC server: DataService + GrpcService + grpc::Server,
+// plus the standard grpc.health.v1.Health service.
 // Used by //server:stoker_server and by in-process tests (port 0).
 //
 // Thread-safe. Shutdown() is idempotent; the destructor shuts down.

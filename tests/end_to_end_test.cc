@@ -15,6 +15,7 @@
 #include "common/transform_spec.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/client_unary_call.h"
 #include "gtest/gtest.h"
 #include "proto/stoker.grpc.pb.h"
 #include "tests/testing/cluster.h"
@@ -411,6 +412,31 @@ TEST_F(EndToEndTest, ClientThatStopsReadingSlowsOnlyItsOwnStream) {
   auto batches = ReadEpoch(**loader, 0);
   ASSERT_TRUE(batches.ok()) << batches.status();
   EXPECT_EQ(batches->size(), 8u);
+}
+
+TEST_F(EndToEndTest, HealthServiceReportsServing) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  auto channel = grpc::CreateChannel(cluster->address(0),
+                                     grpc::InsecureChannelCredentials());
+  // grpc.health.v1.HealthCheckRequest{service: ""} is empty on the wire;
+  // HealthCheckResponse{status: SERVING} is field 1 = 1.
+  grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check",
+                                   grpc::internal::RpcMethod::NORMAL_RPC);
+  grpc::ClientContext context;
+  grpc::Slice empty(std::string{});
+  grpc::ByteBuffer request(&empty, 1), response;
+  grpc::Status status =
+      grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+          channel.get(), method, &context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 TEST_F(EndToEndTest, FullSizeImageNetBatchCrossesTheWire) {
