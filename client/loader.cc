@@ -155,12 +155,7 @@ absl::Status Loader::Init() {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [address, origin] : addresses) {
-      auto endpoint = std::make_unique<Endpoint>();
-      endpoint->address = address;
-      endpoint->origin = origin;
-      endpoint->channel = MakeStokerChannel(address, options_.max_message_bytes);
-      endpoint->stub = v1::Stoker::NewStub(endpoint->channel);
-      endpoints_.push_back(std::move(endpoint));
+      AddEndpointLocked(address, origin);
     }
   }
 
@@ -237,26 +232,25 @@ absl::Status Loader::Init() {
       options_.shuffle, "|", options_.drop_last));
 
   absl::MutexLock lock(&mu_);
-  for (auto& e : endpoints_) {
-    for (int i = 0; i < options_.streams_per_server; ++i) {
-      Endpoint* raw = e.get();
-      threads_.emplace_back([this, raw] { FetchLoop(raw); });
-    }
-  }
+  for (auto& e : endpoints_) StartFetchersLocked(e.get());
   threads_.emplace_back([this] { WatchdogLoop(); });
   return absl::OkStatus();
 }
 
-void Loader::AddEndpointLocked(const std::string& address) {
-  // Used for addresses found by re-resolution; `origin` is set by caller.
+Loader::Endpoint* Loader::AddEndpointLocked(const std::string& address,
+                                            const std::string& origin) {
   auto endpoint = std::make_unique<Endpoint>();
   endpoint->address = address;
+  endpoint->origin = origin;
   endpoint->channel = MakeStokerChannel(address, options_.max_message_bytes);
   endpoint->stub = v1::Stoker::NewStub(endpoint->channel);
-  Endpoint* raw = endpoint.get();
   endpoints_.push_back(std::move(endpoint));
+  return endpoints_.back().get();
+}
+
+void Loader::StartFetchersLocked(Endpoint* endpoint) {
   for (int i = 0; i < options_.streams_per_server; ++i) {
-    threads_.emplace_back([this, raw] { FetchLoop(raw); });
+    threads_.emplace_back([this, endpoint] { FetchLoop(endpoint); });
   }
 }
 
@@ -286,8 +280,7 @@ void Loader::ResolveNow() {
       }
       if (known) continue;
       spdlog::info("server {} joined {}", address, origin);
-      AddEndpointLocked(address);
-      endpoints_.back()->origin = origin;
+      StartFetchersLocked(AddEndpointLocked(address, origin));
     }
   }
 }

@@ -167,7 +167,11 @@ class Loader : public BatchSource {
   explicit Loader(const LoaderOptions& options);
   absl::Status Init();
   absl::StatusOr<v1::GetDatasetInfoResponse> FetchInfo(Endpoint* endpoint);
-  void AddEndpointLocked(const std::string& address)
+  // `origin` is the --servers entry the address came from.
+  Endpoint* AddEndpointLocked(const std::string& address,
+                              const std::string& origin)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartFetchersLocked(Endpoint* endpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FetchLoop(Endpoint* endpoint);
   void WatchdogLoop();

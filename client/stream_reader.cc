@@ -40,7 +40,6 @@ absl::StatusOr<std::optional<HostBatch>> StreamReader::Decode(
   for (const grpc::Slice& s : slices) chunks.push_back({s.begin(), s.size()});
 
   HostBatch batch;
-  absl::Status alloc_status;
   common::PixelSink sink = [&](size_t size) -> absl::StatusOr<uint8_t*> {
     absl::StatusOr<PixelBuffer> buffer = allocator->Allocate(size);
     if (!buffer.ok()) return buffer.status();

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/augment.h"
 #include "common/random.h"
-#include "spdlog/spdlog.h"
 
 namespace stoker::server {
 namespace {
