@@ -1,6 +1,7 @@
 #include "server/worker_pool.h"
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -29,6 +30,27 @@ class TestContext : public WorkerContext {
 
  private:
   std::atomic<bool> busy_{false};
+};
+
+// Holds a one-thread pool's worker inside a task pushed to `queue` (and
+// waits until it is there) until Release(); then runs `after` in that task.
+// The caller waits for later work before destroying it.
+class BlockedWorker {
+ public:
+  explicit BlockedWorker(TaskQueue* queue,
+                         std::function<void()> after = nullptr) {
+    queue->Push([this, after](WorkerContext*) {
+      started_.Notify();
+      unblock_.WaitForNotification();
+      if (after) after();
+    });
+    started_.WaitForNotification();
+  }
+  void Release() { unblock_.Notify(); }
+
+ private:
+  absl::Notification started_;
+  absl::Notification unblock_;
 };
 
 class WorkerPoolTest : public ::testing::Test {
@@ -166,18 +188,12 @@ TEST_F(WorkerPoolTest, ServesQueuesRoundRobin) {
   };
 
   // Hold the only worker inside a task while both queues fill up.
-  absl::Notification blocker_started;
-  absl::Notification unblock;
-  a->Push([&](WorkerContext*) {
-    blocker_started.Notify();
-    unblock.WaitForNotification();
-  });
-  blocker_started.WaitForNotification();
+  BlockedWorker blocked(a.get());
   for (int i = 0; i < 100; ++i) a->Push(record("A" + std::to_string(i)));
   for (int i = 0; i < 3; ++i) b->Push(record("B" + std::to_string(i)));
   absl::Notification finished;
   a->Push([&](WorkerContext*) { finished.Notify(); });
-  unblock.Notify();
+  blocked.Release();
   finished.WaitForNotification();
 
   absl::MutexLock lock(&mu);
@@ -199,12 +215,8 @@ TEST_F(WorkerPoolTest, QueueRejoinsRotationAfterDraining) {
   std::vector<std::string> order;
   // Each round: block the worker, fill both queues, release, wait.
   for (int round = 0; round < 3; ++round) {
-    absl::Notification started, unblock, finished;
-    a->Push([&](WorkerContext*) {
-      started.Notify();
-      unblock.WaitForNotification();
-    });
-    started.WaitForNotification();
+    absl::Notification finished;
+    BlockedWorker blocked(a.get());
     for (int i = 0; i < 2; ++i) {
       a->Push([&, i](WorkerContext*) {
         absl::MutexLock lock(&mu);
@@ -216,7 +228,7 @@ TEST_F(WorkerPoolTest, QueueRejoinsRotationAfterDraining) {
       });
     }
     b->Push([&](WorkerContext*) { finished.Notify(); });
-    unblock.Notify();
+    blocked.Release();
     finished.WaitForNotification();
   }
   absl::MutexLock lock(&mu);
@@ -231,12 +243,7 @@ TEST_F(WorkerPoolTest, CloseDropsPendingTasksWithoutRunningThem) {
   WorkerPool pool(1, Factory());
   std::unique_ptr<TaskQueue> blocker_queue = pool.NewQueue();
   std::unique_ptr<TaskQueue> queue = pool.NewQueue();
-  absl::Notification started, unblock;
-  blocker_queue->Push([&](WorkerContext*) {
-    started.Notify();
-    unblock.WaitForNotification();
-  });
-  started.WaitForNotification();
+  BlockedWorker blocked(blocker_queue.get());
 
   auto resource = std::make_shared<int>(0);
   std::atomic<int> ran{0};
@@ -255,7 +262,7 @@ TEST_F(WorkerPoolTest, CloseDropsPendingTasksWithoutRunningThem) {
   // Other queues keep working.
   absl::Notification after;
   blocker_queue->Push([&](WorkerContext*) { after.Notify(); });
-  unblock.Notify();
+  blocked.Release();
   after.WaitForNotification();
   pool.Stop();
   EXPECT_EQ(ran.load(), 0);
@@ -264,12 +271,7 @@ TEST_F(WorkerPoolTest, CloseDropsPendingTasksWithoutRunningThem) {
 TEST_F(WorkerPoolTest, DestroyingQueueDropsPendingTasks) {
   WorkerPool pool(1, Factory());
   std::unique_ptr<TaskQueue> blocker_queue = pool.NewQueue();
-  absl::Notification started, unblock;
-  blocker_queue->Push([&](WorkerContext*) {
-    started.Notify();
-    unblock.WaitForNotification();
-  });
-  started.WaitForNotification();
+  BlockedWorker blocked(blocker_queue.get());
   auto resource = std::make_shared<int>(0);
   std::atomic<int> ran{0};
   {
@@ -281,7 +283,7 @@ TEST_F(WorkerPoolTest, DestroyingQueueDropsPendingTasks) {
   EXPECT_EQ(resource.use_count(), 1);
   absl::Notification after;
   blocker_queue->Push([&](WorkerContext*) { after.Notify(); });
-  unblock.Notify();
+  blocked.Release();
   after.WaitForNotification();
   EXPECT_EQ(ran.load(), 0);
 }
@@ -289,15 +291,10 @@ TEST_F(WorkerPoolTest, DestroyingQueueDropsPendingTasks) {
 TEST_F(WorkerPoolTest, CloseLetsRunningTaskFinish) {
   WorkerPool pool(1, Factory());
   std::unique_ptr<TaskQueue> queue = pool.NewQueue();
-  absl::Notification started, unblock, finished;
-  queue->Push([&](WorkerContext*) {
-    started.Notify();
-    unblock.WaitForNotification();
-    finished.Notify();
-  });
-  started.WaitForNotification();
+  absl::Notification finished;
+  BlockedWorker blocked(queue.get(), [&] { finished.Notify(); });
   queue->Close();
-  unblock.Notify();
+  blocked.Release();
   finished.WaitForNotification();
   EXPECT_TRUE(finished.HasBeenNotified());
 }
@@ -305,14 +302,8 @@ TEST_F(WorkerPoolTest, CloseLetsRunningTaskFinish) {
 TEST_F(WorkerPoolTest, StopDropsQueuedTasksAndLetsRunningOneFinish) {
   auto pool = std::make_unique<WorkerPool>(1, Factory());
   std::unique_ptr<TaskQueue> queue = pool->NewQueue();
-  absl::Notification started, unblock;
   std::atomic<bool> running_finished{false};
-  queue->Push([&](WorkerContext*) {
-    started.Notify();
-    unblock.WaitForNotification();
-    running_finished.store(true);
-  });
-  started.WaitForNotification();
+  BlockedWorker blocked(queue.get(), [&] { running_finished.store(true); });
   auto resource = std::make_shared<int>(0);
   std::atomic<int> ran{0};
   for (int i = 0; i < 10; ++i) {
@@ -331,7 +322,7 @@ TEST_F(WorkerPoolTest, StopDropsQueuedTasksAndLetsRunningOneFinish) {
     if (probe.use_count() == 1) break;
     std::this_thread::yield();
   }
-  unblock.Notify();
+  blocked.Release();
   stopper.join();
   EXPECT_TRUE(running_finished.load());
   EXPECT_EQ(ran.load(), 0);
