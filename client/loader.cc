@@ -71,16 +71,10 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
   if (absl::Status s = common::ValidatePipeline(options.transform); !s.ok()) {
     return s;
   }
-  if (options.batch_size < 1 || options.batch_size > common::kMaxBatchSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size must be in [1, ", common::kMaxBatchSize,
-                     "], got ", options.batch_size));
-  }
-  if (options.world_size < 1 || options.rank < 0 ||
-      options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "need world_size >= 1 and 0 <= rank < world_size, got rank ",
-        options.rank, " of ", options.world_size));
+  if (absl::Status s = common::ValidateBatching(
+          options.batch_size, options.rank, options.world_size);
+      !s.ok()) {
+    return s;
   }
   if (options.prefetch_batches < 1 || options.batches_per_request < 1 ||
       options.streams_per_server < 1) {

@@ -13,6 +13,23 @@
 #include "common/random.h"
 
 namespace stoker::common {
+absl::Status ValidateBatching(int batch_size, int rank, int world_size) {
+  if (batch_size < 1 || batch_size > kMaxBatchSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size must be in [1, ", kMaxBatchSize, "], got ", batch_size));
+  }
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size must be >= 1, got ", world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank must be in [0, world_size) = [0, ", world_size,
+                     "), got ", rank));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 absl::Status ValidateParams(const EpochPlanParams& p) {
@@ -20,20 +37,7 @@ absl::Status ValidateParams(const EpochPlanParams& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_samples must be > 0, got ", p.num_samples));
   }
-  if (p.batch_size < 1 || p.batch_size > kMaxBatchSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch_size must be in [1, ", kMaxBatchSize, "], got ", p.batch_size));
-  }
-  if (p.world_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("world_size must be >= 1, got ", p.world_size));
-  }
-  if (p.rank < 0 || p.rank >= p.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank must be in [0, world_size) = [0, ", p.world_size,
-                     "), got ", p.rank));
-  }
-  return absl::OkStatus();
+  return ValidateBatching(p.batch_size, p.rank, p.world_size);
 }
 
 }  // namespace

@@ -48,6 +48,12 @@ struct EpochPlanParams {
   bool drop_last = false;
 };
 
+// The checks of EpochPlan::Create that need no dataset: InvalidArgument
+// naming the field for batch_size outside [1, kMaxBatchSize], world_size < 1
+// or rank outside [0, world_size). Lets callers refuse a bad request before
+// contacting servers or computing an order.
+absl::Status ValidateBatching(int batch_size, int rank, int world_size);
+
 // An immutable plan. Cheap to copy: copies share the global order. Thread-safe
 // (all methods are const and the shared order is never modified).
 class EpochPlan {

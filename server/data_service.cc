@@ -136,19 +136,11 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   params.batch_size = spec.batch_size();
   params.shuffle = spec.shuffle();
   params.drop_last = spec.drop_last();
-  // The cheap checks come before computing (or fetching) an epoch order;
-  // EpochPlan::Create repeats them.
-  if (spec.batch_size() < 1 || spec.batch_size() > common::kMaxBatchSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size must be in [1, ", common::kMaxBatchSize,
-                     "], got ", spec.batch_size()));
-  }
-  if (spec.world_size() < 1 || spec.rank() < 0 ||
-      spec.rank() >= spec.world_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("need world_size >= 1 and 0 <= rank < world_size, got "
-                     "rank ", spec.rank(), " of world_size ",
-                     spec.world_size()));
+  // The cheap checks come before computing (or fetching) an epoch order.
+  if (absl::Status s = common::ValidateBatching(
+          spec.batch_size(), spec.rank(), spec.world_size());
+      !s.ok()) {
+    return s;
   }
   const int64_t batch_bytes =
       int64_t{spec.batch_size()} * height * width * 3;
