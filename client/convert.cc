@@ -279,10 +279,28 @@ float BFloat16BitsToFloat(uint16_t bits) {
   return BitsFloat(static_cast<uint32_t>(bits) << 16);
 }
 
+namespace {
+
+// The output is written as elements of options.dtype, which need their
+// natural alignment (a GPU faults on a misaligned store and poisons the
+// context; on the host it is undefined behaviour).
+absl::Status ValidateOutput(const ConvertOptions& options, const void* dst) {
+  const size_t align = DTypeSize(options.dtype);
+  if (reinterpret_cast<uintptr_t>(dst) % align != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "conversion output %p is not aligned to its %d-byte %s elements", dst,
+        align, DTypeName(options.dtype)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ConvertOnHost(const uint8_t* src, const ImageShape& shape,
                            const ConvertOptions& options, void* dst) {
   if (absl::Status s = ValidateConvertOptions(options); !s.ok()) return s;
   if (absl::Status s = ValidateImageShape(shape); !s.ok()) return s;
+  if (absl::Status s = ValidateOutput(options, dst); !s.ok()) return s;
   if (shape.elements() == 0) return absl::OkStatus();
   switch (DTypeSize(options.dtype)) {
     case 1:
@@ -303,6 +321,7 @@ absl::Status ConvertOnDevice(const uint8_t* src, const ImageShape& shape,
                              CudaStream stream) {
   if (absl::Status s = ValidateConvertOptions(options); !s.ok()) return s;
   if (absl::Status s = ValidateImageShape(shape); !s.ok()) return s;
+  if (absl::Status s = ValidateOutput(options, dst); !s.ok()) return s;
   kernels::ConvertKernelArgs args;
   args.src = src;
   args.dst = dst;

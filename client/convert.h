@@ -100,7 +100,8 @@ float HalfBitsToFloat(uint16_t bits);
 float BFloat16BitsToFloat(uint16_t bits);
 
 // Converts `shape` uint8 NHWC pixels at `src` into ConvertedBytes(shape,
-// options.dtype) bytes at `dst` (host memory; must not overlap src).
+// options.dtype) bytes at `dst` (host memory; must not overlap src; aligned
+// to the element size, InvalidArgument otherwise).
 // Single-threaded; uses a 3 x 256 lookup table, so it costs about as much as
 // a copy. Errors: InvalidArgument from the validations above.
 absl::Status ConvertOnHost(const uint8_t* src, const ImageShape& shape,
@@ -108,9 +109,11 @@ absl::Status ConvertOnHost(const uint8_t* src, const ImageShape& shape,
 
 // The same conversion on a GPU: src and dst are device memory on the current
 // device; the work is enqueued on `stream` and ConvertOnDevice returns
-// without waiting. 16-byte aligned src and dst (as cudaMalloc gives) take the
-// vectorized kernels. Errors: InvalidArgument as above; Internal for a CUDA
-// error (e.g. no device, launch failure).
+// without waiting. dst must be aligned to the element size (InvalidArgument
+// otherwise, checked before anything is enqueued); 16-byte aligned src and
+// dst (as cudaMalloc gives) take the vectorized kernels. Errors:
+// InvalidArgument as above; Internal for a CUDA error (e.g. no device,
+// launch failure).
 absl::Status ConvertOnDevice(const uint8_t* src, const ImageShape& shape,
                              const ConvertOptions& options, void* dst,
                              CudaStream stream);

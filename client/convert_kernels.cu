@@ -1,8 +1,9 @@
 // uint8 NHWC -> {uint8, float32, float16, bfloat16} x {NCHW, NHWC}.
 //
-// The kernels are memory bound: each thread moves 16 pixels (NCHW) or 16
-// elements (NHWC) with 16-byte loads and stores, so a warp reads 768 (or 512)
-// contiguous bytes and, for NCHW, writes one contiguous run per output plane.
+// The kernels are memory bound (about 1 byte read per 2-5 bytes written).
+// Every thread writes 16-byte vectors (16 uint8, 8 half or 4 float
+// elements; for NCHW one per channel plane), so each warp-wide store is 512
+// contiguous bytes, and reads the input bytes those vectors need.
 // The arithmetic is the host's (client/convert.cc) operation for operation:
 // __fmul_rn / __fadd_rn stop nvcc from contracting into an FMA (which rounds
 // once instead of twice and would differ from the host in the last bit), and
@@ -38,8 +39,6 @@ struct Traits {
   static constexpr int kBits = kDType == kKernelUint8     ? 8
                                : kDType == kKernelFloat32 ? 32
                                                           : 16;
-  // 32-bit words holding 16 output elements.
-  static constexpr int kWords = 16 * kBits / 32;
 };
 
 template <int kDType>
@@ -70,70 +69,95 @@ __device__ __forceinline__ uint32_t Byte(const uint32_t* words, int i) {
   return (words[i >> 2] >> (8 * (i & 3))) & 0xffu;
 }
 
-template <int kDType>
 __device__ __forceinline__ void Store16(uint8_t* dst, const uint32_t* w) {
-  uint4* out = reinterpret_cast<uint4*>(dst);
-#pragma unroll
-  for (int k = 0; k < Traits<kDType>::kWords / 4; ++k) {
-    out[k] = make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
+  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The vectorized kernels: every thread writes exactly one 16-byte vector of
+// output, so that a warp's store is 512 contiguous bytes (one transaction
+// per 32-byte sector, no partial-sector writes), and reads the input
+// bytes that vector needs.
+template <int kDType>
+struct Vec {
+  // Output elements per 16-byte vector: 16 (uint8), 8 (16-bit), 4 (float).
+  static constexpr int kElems = 128 / Traits<kDType>::kBits;
+};
+
+template <int kBytes>
+__device__ __forceinline__ void LoadBytes(const uint8_t* p, uint32_t* words) {
+  if constexpr (kBytes == 16) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    words[0] = v.x;
+    words[1] = v.y;
+    words[2] = v.z;
+    words[3] = v.w;
+  } else if constexpr (kBytes == 8) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    words[0] = v.x;
+    words[1] = v.y;
+  } else {
+    words[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
   }
 }
 
 // NHWC output with 3 channels (or 1: all three affines equal channel 0's).
-// Group g is elements [16g, 16g + 16), whose first element has channel
-// 16g % 3 == g % 3.
+// Vector g is output elements [kElems * g, kElems * g + kElems), whose
+// first element has channel (kElems * g) % 3.
 template <int kDType>
 __global__ void __launch_bounds__(kThreads)
-    NhwcKernel(const uint4* __restrict__ src, uint8_t* __restrict__ dst,
-               int64_t groups, Affine a) {
-  constexpr int kBytesPerGroup = 16 * Traits<kDType>::kBits / 8;
+    NhwcKernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
+               int64_t vectors, Affine a) {
+  constexpr int kElems = Vec<kDType>::kElems;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       g < groups; g += stride) {
-    const uint4 v = __ldg(src + g);
-    const uint32_t in[4] = {v.x, v.y, v.z, v.w};
-    const int phase = static_cast<int>(g % 3);
+       g < vectors; g += stride) {
+    uint32_t in[kElems / 4];
+    LoadBytes<kElems>(src + g * kElems, in);
+    const int phase = static_cast<int>((g % 3) * (kElems % 3) % 3);
     float s[3], b[3];
 #pragma unroll
     for (int k = 0; k < 3; ++k) {
       s[k] = Pick(a.s, (phase + k) % 3);
       b[k] = Pick(a.b, (phase + k) % 3);
     }
-    uint32_t w[Traits<kDType>::kWords] = {};
+    uint32_t w[4] = {};
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kElems; ++j) {
       Put<kDType>(w, j, Encode<kDType>(Byte(in, j), s[j % 3], b[j % 3]));
     }
-    Store16<kDType>(dst + g * kBytesPerGroup, w);
+    Store16(dst + g * 16, w);
   }
 }
 
-// NCHW output with 3 channels and pixels % 16 == 0. Group g is pixels
-// [16g, 16g + 16) counted over the whole batch (never straddling images).
+// NCHW output with 3 channels and pixels % kElems == 0. Vector group g is
+// pixels [kElems * g, kElems * g + kElems) counted over the whole batch
+// (never straddling images); its thread writes one vector per channel
+// plane, so each of its three stores is contiguous across the warp.
 template <int kDType>
 __global__ void __launch_bounds__(kThreads)
-    NchwKernel(const uint4* __restrict__ src, uint8_t* __restrict__ dst,
+    NchwKernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
                int64_t groups, int64_t groups_per_image, int64_t pixels,
                Affine a) {
+  constexpr int kElems = Vec<kDType>::kElems;
   constexpr int kElemBytes = Traits<kDType>::kBits / 8;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        g < groups; g += stride) {
-    const uint4 v0 = __ldg(src + 3 * g);
-    const uint4 v1 = __ldg(src + 3 * g + 1);
-    const uint4 v2 = __ldg(src + 3 * g + 2);
-    const uint32_t in[12] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y,
-                             v1.z, v1.w, v2.x, v2.y, v2.z, v2.w};
+    uint32_t in[3 * kElems / 4];
+    const uint8_t* p = src + g * 3 * kElems;
+    LoadBytes<kElems>(p, in);
+    LoadBytes<kElems>(p + kElems, in + kElems / 4);
+    LoadBytes<kElems>(p + 2 * kElems, in + kElems / 2);
     const int64_t image = g / groups_per_image;
-    const int64_t p0 = (g - image * groups_per_image) * 16;
+    const int64_t p0 = (g - image * groups_per_image) * kElems;
 #pragma unroll
     for (int c = 0; c < 3; ++c) {
-      uint32_t w[Traits<kDType>::kWords] = {};
+      uint32_t w[4] = {};
 #pragma unroll
-      for (int p = 0; p < 16; ++p) {
-        Put<kDType>(w, p, Encode<kDType>(Byte(in, 3 * p + c), a.s[c], a.b[c]));
+      for (int q = 0; q < kElems; ++q) {
+        Put<kDType>(w, q, Encode<kDType>(Byte(in, 3 * q + c), a.s[c], a.b[c]));
       }
-      Store16<kDType>(dst + ((image * 3 + c) * pixels + p0) * kElemBytes, w);
+      Store16(dst + ((image * 3 + c) * pixels + p0) * kElemBytes, w);
     }
   }
 }
@@ -197,19 +221,20 @@ int Launch(const ConvertKernelArgs& args, cudaStream_t stream) {
   const bool aligned = Aligned16(src) && Aligned16(dst);
   // With one channel NCHW and NHWC are the same layout.
   const bool nchw = args.nchw && args.channels > 1;
+  constexpr int kElems = Vec<kDType>::kElems;
   int64_t done = 0;
   if (aligned && !nchw && (args.channels == 1 || args.channels == 3)) {
-    const int64_t groups = total / 16;
-    if (groups > 0) {
-      NhwcKernel<kDType><<<Blocks(groups), kThreads, 0, stream>>>(
-          reinterpret_cast<const uint4*>(src), dst, groups, a);
+    const int64_t vectors = total / kElems;
+    if (vectors > 0) {
+      NhwcKernel<kDType><<<Blocks(vectors), kThreads, 0, stream>>>(
+          src, dst, vectors, a);
     }
-    done = groups * 16;
-  } else if (aligned && nchw && args.channels == 3 && args.pixels % 16 == 0) {
-    const int64_t groups = args.n * args.pixels / 16;
+    done = vectors * kElems;
+  } else if (aligned && nchw && args.channels == 3 &&
+             args.pixels % kElems == 0) {
+    const int64_t groups = args.n * args.pixels / kElems;
     NchwKernel<kDType><<<Blocks(groups), kThreads, 0, stream>>>(
-        reinterpret_cast<const uint4*>(src), dst, groups, args.pixels / 16,
-        args.pixels, a);
+        src, dst, groups, args.pixels / kElems, args.pixels, a);
     done = total;
   }
   if (done < total) {

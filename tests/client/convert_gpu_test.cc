@@ -105,6 +105,9 @@ class ConvertGpuTest
 TEST_P(ConvertGpuTest, VectorizedPathMatchesHostBitForBit) {
   ExpectDeviceMatchesHost({ImageShape{4, 224, 224, 3}}, Options(), 1);
   ExpectDeviceMatchesHost({ImageShape{2, 32, 48, 1}}, Options(), 2);
+  // 36 pixels: a multiple of float32's 4 pixels per vector but not of the
+  // 16-bit types' 8 or uint8's 16 (those take the generic kernel).
+  ExpectDeviceMatchesHost({ImageShape{3, 6, 6, 3}}, Options(), 10);
 }
 
 TEST_P(ConvertGpuTest, GenericPathMatchesHostBitForBit) {
@@ -113,9 +116,25 @@ TEST_P(ConvertGpuTest, GenericPathMatchesHostBitForBit) {
   ExpectDeviceMatchesHost({ImageShape{3, 17, 13, 3}}, Options(), 3);
   ExpectDeviceMatchesHost({ImageShape{2, 9, 7, 2}}, Options(), 4);
   ExpectDeviceMatchesHost({ImageShape{1, 5, 5, 1}}, Options(), 5);
-  // Misaligned pointers.
+  // Pointers that are not 16-byte aligned (dst still element-aligned).
+  const size_t element = DTypeSize(Options().dtype);
   ExpectDeviceMatchesHost({ImageShape{2, 16, 16, 3}, 1, 0}, Options(), 6);
-  ExpectDeviceMatchesHost({ImageShape{2, 16, 16, 3}, 0, 2}, Options(), 7);
+  ExpectDeviceMatchesHost({ImageShape{2, 16, 16, 3}, 0, element}, Options(),
+                          7);
+  ExpectDeviceMatchesHost({ImageShape{2, 16, 16, 3}, 3, 4 * element},
+                          Options(), 11);
+}
+
+TEST_P(ConvertGpuTest, MisalignedOutputIsRefusedAndTheDeviceStaysUsable) {
+  if (DTypeSize(Options().dtype) == 1) GTEST_SKIP() << "bytes align anywhere";
+  const ImageShape shape{1, 4, 4, 3};
+  DeviceBuffer src(shape.elements());
+  DeviceBuffer dst(ConvertedBytes(shape, Options().dtype) + 16);
+  const absl::Status s = ConvertOnDevice(src.get(), shape, Options(),
+                                         dst.get() + 1, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // Nothing was launched: the context is not poisoned.
+  ExpectDeviceMatchesHost({shape}, Options(), 12);
 }
 
 TEST_P(ConvertGpuTest, OtherNormalizationMatchesHostBitForBit) {

@@ -382,6 +382,29 @@ TEST_F(ConvertTest, RejectsBadOptionsAndShapes) {
           .ok());
 }
 
+TEST_F(ConvertTest, RefusesOutputNotAlignedToItsElements) {
+  alignas(16) uint8_t src[12] = {};
+  alignas(16) uint8_t out[64] = {};
+  const ImageShape shape{1, 2, 2, 3};
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    ConvertOptions options;
+    options.dtype = dtype;
+    const absl::Status host = ConvertOnHost(src, shape, options, out + 1);
+    EXPECT_EQ(host.code(), absl::StatusCode::kInvalidArgument) << host;
+    EXPECT_THAT(host.message(), HasSubstr("not aligned"));
+    EXPECT_TRUE(ConvertOnHost(src, shape, options, out + DTypeSize(dtype))
+                    .ok());
+    // Checked before anything reaches the GPU (a misaligned store there
+    // would poison the CUDA context), so it is the same without one.
+    const absl::Status device =
+        ConvertOnDevice(src, shape, options, out + 1, nullptr);
+    EXPECT_EQ(device.code(), absl::StatusCode::kInvalidArgument) << device;
+  }
+  ConvertOptions bytes;
+  bytes.dtype = DType::kUint8;
+  EXPECT_TRUE(ConvertOnHost(src, shape, bytes, out + 1).ok());
+}
+
 TEST_F(ConvertTest, ParsesNames) {
   EXPECT_EQ(*ParseDType("float32"), DType::kFloat32);
   EXPECT_EQ(*ParseDType("BF16"), DType::kBFloat16);
