@@ -1,6 +1,7 @@
 #include "client/device_loader.h"
 
 #include <cstdlib>
+#include <deque>
 #include <utility>
 #include <vector>
 
@@ -64,7 +65,7 @@ class OutputPool {
       }
     }
     absl::MutexLock lock(&pool->mu_);
-    for (int i = slots - 1; i >= 0; --i) pool->free_.push_back(i);
+    for (int i = 0; i < slots; ++i) pool->free_.push_back(i);
     return pool;
   }
 
@@ -103,8 +104,12 @@ class OutputPool {
         +[](OutputPool* p) { return p->stopped_ || !p->free_.empty(); },
         this));
     if (stopped_) return absl::CancelledError("device loader stopped");
-    const int i = free_.back();
-    free_.pop_back();
+    // The slot released longest ago: its consumer's work is the most likely
+    // to be finished, so the loader's stream rarely waits on it. (Taking the
+    // one just released would make every copy wait for the consumer's
+    // current step and serialize the two.)
+    const int i = free_.front();
+    free_.pop_front();
     return i;
   }
 
@@ -188,7 +193,7 @@ class OutputPool {
   std::vector<Slot> slots_;
 
   mutable absl::Mutex mu_;
-  std::vector<int> free_ ABSL_GUARDED_BY(mu_);
+  std::deque<int> free_ ABSL_GUARDED_BY(mu_);
   int delivered_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
