@@ -566,30 +566,7 @@ void Loader::WatchdogLoop() {
 }
 
 absl::Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
-  if (epoch < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("epoch must be >= 0, got ", epoch));
-  }
-  if (start_batch < 0 || start_batch > num_batches_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("start batch ", start_batch, " is outside [0, ",
-                     num_batches_, "]"));
-  }
-  absl::MutexLock lock(&mu_);
-  if (cancelled_) return absl::CancelledError("loader was cancelled");
-  ++generation_;
-  for (ActiveStream* a : active_) a->context.TryCancel();
-  epoch_ = epoch;
-  next_deliver_ = start_batch;
-  delivered_after_.clear();
-  received_.assign(num_batches_, false);
-  ready_.clear();
-  pending_.clear();
-  ReturnRangeLocked({start_batch, num_batches_});
-  error_ = absl::OkStatus();
-  started_ = true;
-  work_cv_.SignalAll();
-  return absl::OkStatus();
+  return StartAt(epoch, start_batch, {});
 }
 
 absl::Status Loader::Resume(const Cursor& cursor) {
@@ -599,27 +576,52 @@ absl::Status Loader::Resume(const Cursor& cursor) {
         plan_id_, " (dataset, transform, batch size, seed, rank, world size, "
         "shuffle and drop_last must match)"));
   }
-  if (absl::Status s = StartEpoch(cursor.epoch, cursor.next_batch); !s.ok()) {
-    return s;
+  return StartAt(cursor.epoch, cursor.next_batch, cursor.delivered_after);
+}
+
+absl::Status Loader::StartAt(int64_t epoch, int64_t start_batch,
+                             const std::vector<int64_t>& delivered_after) {
+  if (epoch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch must be >= 0, got ", epoch));
   }
-  absl::MutexLock lock(&mu_);
-  for (int64_t b : cursor.delivered_after) {
-    if (b >= num_batches_) {
+  if (start_batch < 0 || start_batch > num_batches_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start batch ", start_batch, " is outside [0, ",
+                     num_batches_, "]"));
+  }
+  for (int64_t b : delivered_after) {
+    if (b < start_batch || b >= num_batches_) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cursor lists batch ", b, " beyond the epoch's ",
-                       num_batches_));
+          absl::StrCat("cursor lists batch ", b, " outside [", start_batch,
+                       ", ", num_batches_, ")"));
     }
-    delivered_after_.insert(b);
-    received_[b] = true;
   }
-  // Rebuild the pending ranges around the delivered batches.
+  // All of the new epoch's state is set under one lock hold before any
+  // fetch thread is woken: a thread that took a range before the batches
+  // delivered past the cursor were marked would fetch them twice.
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return absl::CancelledError("loader was cancelled");
+  ++generation_;
+  for (ActiveStream* a : active_) a->context.TryCancel();
+  epoch_ = epoch;
+  next_deliver_ = start_batch;
+  delivered_after_ = std::set<int64_t>(delivered_after.begin(),
+                                       delivered_after.end());
+  received_.assign(num_batches_, false);
+  for (int64_t b : delivered_after_) received_[b] = true;
+  ready_.clear();
   pending_.clear();
-  int64_t begin = cursor.next_batch;
+  int64_t begin = start_batch;
   for (int64_t b : delivered_after_) {
     ReturnRangeLocked({begin, b});
     begin = b + 1;
   }
   ReturnRangeLocked({begin, num_batches_});
+  while (delivered_after_.erase(next_deliver_) > 0) ++next_deliver_;
+  error_ = absl::OkStatus();
+  started_ = true;
+  work_cv_.SignalAll();
   return absl::OkStatus();
 }
 

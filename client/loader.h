@@ -183,6 +183,11 @@ class Loader : public BatchSource {
   bool TakeRangeLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t WindowEndLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ReturnRangeLocked(Range range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // StartEpoch and Resume: starts epoch `epoch` at `start_batch` with the
+  // batches in `delivered_after` (all in [start_batch, num_batches)) already
+  // delivered, atomically with respect to the fetch threads.
+  absl::Status StartAt(int64_t epoch, int64_t start_batch,
+                       const std::vector<int64_t>& delivered_after);
   void MarkFailureLocked(Endpoint* endpoint, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllEndpointsFailingLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
