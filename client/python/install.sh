@@ -4,14 +4,15 @@
 #
 #   client/python/install.sh                 # into /usr/bin/python3's site-packages
 #   client/python/install.sh DIR             # into DIR (e.g. a venv's site-packages)
-#   client/python/install.sh --python=PY     # for interpreter PY (CPython 3.11)
+#   client/python/install.sh --python=PY     # for interpreter PY (any CPython 3)
 #   client/python/install.sh --develop [DIR] # a stoker.pth pointing at bazel-bin:
 #                                            # later `bazel build`s take effect
 #
 # Without DIR the package goes to the interpreter's purelib directory
 # (sysconfig) when it is writable, else to its user site-packages. The
-# extension module is built against /usr/include/python3.11, so the
-# interpreter must be CPython 3.11, and it needs torch (python3-torch).
+# extension module is built against the interpreter's own headers (its
+# sysconfig include directory; Debian: python3-dev), and the interpreter
+# needs torch (python3-torch).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -22,20 +23,21 @@ for arg in "$@"; do
   case "$arg" in
     --python=*) python="${arg#--python=}" ;;
     --develop) develop=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     -*) echo "install.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
     *) [ -z "$dest" ] || { echo "install.sh: more than one DIR" >&2; exit 2; }
        dest="$arg" ;;
   esac
 done
 
-if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
-  echo "install.sh: $python is not CPython 3.11, which the extension is" \
-       "built for (/usr/include/python3.11)" >&2
+include="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+if [ ! -f "$include/Python.h" ]; then
+  echo "install.sh: $python has no headers ($include/Python.h is missing;" \
+       "Debian: apt-get install python3-dev)" >&2
   exit 1
 fi
-
-bazel build //client/python:stoker
+include="$(client/python/python_include.sh "$include")"
+bazel build //client/python:stoker --define=PYTHON_INCLUDE="$include"
 bin="$(bazel info bazel-bin)/client/python"
 
 if [ -z "$dest" ]; then
