@@ -11,6 +11,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev libturbojpeg0-dev libjpeg62-turbo-dev
   python3-dev pybind11-dev python3-numpy python3-torch python3-torchvision
   python3-pil tar
+  # Camera photographs for the real-photo benchmark corpus
+  # (tools/photo_shards.py).
+  mate-backgrounds
 )
 
 missing=()
