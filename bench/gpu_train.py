@@ -31,6 +31,7 @@ be told apart from a slow loader. Every figure is measured in this run.
 """
 
 import argparse
+import functools
 import os
 import re
 import signal
@@ -195,15 +196,12 @@ def no_step(*_):
 # ---------------------------------------------------------------- (b) peer
 
 
-def pin_worker(_):
-    os.sched_setaffinity(0, DATA_CPUS)
+def pin_worker(cpus, _):
+    os.sched_setaffinity(0, cpus)
     torch.set_num_threads(1)
 
 
-DATA_CPUS = []
-
-
-def dataloader_batches(args, device):
+def dataloader_batches(args, device, data_cpus):
     import torchvision.transforms as T
     samples = index_shards(list_shards(args.data_dir))
     transform = T.Compose([T.RandomResizedCrop(224),
@@ -211,9 +209,9 @@ def dataloader_batches(args, device):
                            T.PILToTensor()])
     loader = torch.utils.data.DataLoader(
         ShardDataset(samples, transform), batch_size=args.batch_size,
-        shuffle=True, drop_last=True, num_workers=len(DATA_CPUS),
+        shuffle=True, drop_last=True, num_workers=len(data_cpus),
         pin_memory=device.type == "cuda", persistent_workers=True, prefetch_factor=4,
-        worker_init_fn=pin_worker)
+        worker_init_fn=functools.partial(pin_worker, data_cpus))
     mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
 
@@ -235,10 +233,10 @@ class Servers:
     """--num_servers stoker_server processes, each pinned to its share of
     the data CPUs with one decode thread per CPU."""
 
-    def __init__(self, args):
+    def __init__(self, args, data_cpus):
         glob = os.path.join(os.path.abspath(args.data_dir), "*.tar")
         self.procs, self.logs, self.addresses = [], [], []
-        shares = [DATA_CPUS[i::args.num_servers]
+        shares = [data_cpus[i::args.num_servers]
                   for i in range(args.num_servers)]
         for cpus in shares:
             log_file = tempfile.TemporaryFile(mode="w+")
@@ -301,7 +299,6 @@ def device_name(device):
 
 
 def main():
-    global DATA_CPUS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data_dir", required=True,
                    help="WebDataset shards (tools/photo_shards.py)")
@@ -341,19 +338,19 @@ def main():
         sys.exit(f"gpu_train: no .tar shards in {args.data_dir}; write them "
                  "with tools/photo_shards.py")
     train_cpus = parse_cpus(args.train_cpus)
-    DATA_CPUS = parse_cpus(args.data_cpus)
+    data_cpus = parse_cpus(args.data_cpus)
     os.sched_setaffinity(0, train_cpus)
     torch.set_num_threads(len(train_cpus))
     skip = set(filter(None, args.skip.split(",")))
     util = GpuUtilization(device)
     log(f"{device_name(device)}, torch {torch.__version__}; "
-        f"training on CPUs {train_cpus}, data on CPUs {DATA_CPUS}; model "
+        f"training on CPUs {train_cpus}, data on CPUs {data_cpus}; model "
         f"{args.model}, batch {args.batch_size}, {args.steps} timed steps")
 
     trainer = Trainer(args, device)
     results, produced = [], {}
 
-    servers = Servers(args)
+    servers = Servers(args, data_cpus)
     try:
         batches, loader = stoker_batches(args, servers, device)
         # (a) one batch (a real one, from the Stoker loader) cached on the
@@ -380,7 +377,7 @@ def main():
         servers.stop()
 
     if "dataloader" not in skip:
-        batches, loader = dataloader_batches(args, device)
+        batches, loader = dataloader_batches(args, device, data_cpus)
         produced["dataloader"] = timed_steps(
             "DataLoader alone (no model)", batches, no_step, args, util,
             args.batch_size)
@@ -393,7 +390,7 @@ def main():
     print(f"device: {device_name(device)}; model {args.model}"
           f"{f' width {args.width}' if args.model == 'toy' else ''}, batch "
           f"{args.batch_size}, bf16 autocast, channels_last; "
-          f"{len(train_cpus)} training CPUs, {len(DATA_CPUS)} data CPUs")
+          f"{len(train_cpus)} training CPUs, {len(data_cpus)} data CPUs")
     print(f"{'way':36s} {'steps/s':>8s} {'images/s':>9s} {'GPU util':>9s} "
           f"{'vs (a)':>7s}")
     for r in results:
@@ -403,7 +400,7 @@ def main():
               f"{r['steps_per_s'] / bound:6.1%}")
     for name, r in produced.items():
         print(f"{name} alone (no model): {r['images_per_s']:.0f} images/s "
-              f"from {len(DATA_CPUS)} data CPUs; the model consumes "
+              f"from {len(data_cpus)} data CPUs; the model consumes "
               f"{results[0]['images_per_s']:.0f} images/s at its bound")
 
 
