@@ -1,11 +1,12 @@
 // _stoker: the C++ half of the `stoker` Python package. Users import
 // `stoker` (client/python/stoker/__init__.py), which validates arguments,
-// documents the API and turns the DLPack views made here into torch tensors.
+// documents the API and allocates the torch tensors that batches are
+// converted into.
 //
 // What lives here: the pipeline binding (interruptible waits with the GIL
-// released), zero-copy DLPack producers that own their DeviceBatch, the
-// status -> exception mapping and small helpers (cursor parsing, checksum,
-// log level).
+// released), the staged batch that converts into caller-allocated tensors
+// on the caller's CUDA stream, the status -> exception mapping and small
+// helpers (cursor parsing, checksum, log level).
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -13,6 +14,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,44 +36,8 @@
 
 namespace py = pybind11;
 
-// DLPack v0.6 ABI (github.com/dmlc/dlpack, include/dlpack/dlpack.h), the
-// version PyTorch >= 1.10 consumes as a "dltensor" capsule. Declared here
-// because the ABI is frozen and no Debian package ships the header alone.
-extern "C" {
-struct DLDevice {
-  int32_t device_type;  // DLDeviceType, an int-sized enum
-  int32_t device_id;
-};
-struct DLDataType {
-  uint8_t code;
-  uint8_t bits;
-  uint16_t lanes;
-};
-struct DLTensor {
-  void* data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t* shape;
-  int64_t* strides;  // in elements; null means compact row-major
-  uint64_t byte_offset;
-};
-struct DLManagedTensor {
-  DLTensor dl_tensor;
-  void* manager_ctx;
-  void (*deleter)(DLManagedTensor* self);
-};
-}
-
 namespace stoker::client::python {
 namespace {
-
-constexpr int32_t kDLCPU = 1;
-constexpr int32_t kDLCUDA = 2;
-constexpr uint8_t kDLInt = 0;
-constexpr uint8_t kDLUInt = 1;
-constexpr uint8_t kDLFloat = 2;
-constexpr uint8_t kDLBfloat = 4;
 
 // How long one wait for a batch lasts before Python gets to run its signal
 // handlers (Ctrl-C).
@@ -144,171 +110,77 @@ PyObject* MakeErrorType(py::module_& m, const char* name, py::tuple bases,
   return type;
 }
 
-// --- DLPack producers ---
+// --- Batches handed to Python ---
 
-// One delivered batch, shared by its image and label views and by every
-// DLPack capsule made from them; released (on the stream of its last
-// WaitOn, see client/device_loader.h) when the last of them goes away, on
-// whichever thread that is. Needs no GIL.
-struct BatchHolder {
-  explicit BatchHolder(DeviceBatch b) : batch(std::move(b)) {}
-  DeviceBatch batch;
-};
-
-struct ManagedContext {
-  std::shared_ptr<BatchHolder> holder;
-  std::array<int64_t, 4> shape{};
-  std::array<int64_t, 4> strides{};
-  DLManagedTensor tensor{};
-};
-
-void DeleteManaged(DLManagedTensor* self) {
-  delete static_cast<ManagedContext*>(self->manager_ctx);
-}
-
-// Frees a capsule nobody consumed; a consumer renames it "used_dltensor"
-// and calls the deleter itself.
-void DestroyCapsule(PyObject* capsule) {
-  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
-  auto* managed = static_cast<DLManagedTensor*>(
-      PyCapsule_GetPointer(capsule, "dltensor"));
-  if (managed != nullptr && managed->deleter != nullptr) {
-    managed->deleter(managed);
-  }
-}
-
-DLDataType ToDLDataType(DType dtype) {
-  switch (dtype) {
-    case DType::kUint8:
-      return {kDLUInt, 8, 1};
-    case DType::kFloat32:
-      return {kDLFloat, 32, 1};
-    case DType::kFloat16:
-      return {kDLFloat, 16, 1};
-    case DType::kBFloat16:
-      return {kDLBfloat, 16, 1};
-  }
-  return {kDLUInt, 8, 1};
-}
-
-// The images or the labels of a batch as a DLPack producer
-// (__dlpack__ / __dlpack_device__), for torch.from_dlpack and other
-// consumers. Images have the logical shape (N, C, H, W); channels-last
-// batches get NHWC strides. Labels are int64 of shape (N,).
-class TensorView {
+// One delivered batch, still in the loader's uint8 NHWC staging slot
+// (device or host memory). Python allocates the output tensors itself
+// (PyTorch's caching allocator on the GPU, so every yielded tensor belongs
+// to the caller and any number may be kept) and ConvertInto() fills them:
+// on the GPU it enqueues the conversion and the label copy on the caller's
+// stream and releases the staging slot on that stream, so the slot is
+// reused only after the conversion has run. Single use; not thread-safe.
+class StagedBatch {
  public:
-  TensorView(std::shared_ptr<BatchHolder> holder, bool labels)
-      : holder_(std::move(holder)), labels_(labels) {}
+  StagedBatch(DeviceBatch batch, const ConvertOptions& output)
+      : batch_(std::move(batch)), output_(output) {}
 
-  const DeviceBatch& batch() const { return holder_->batch; }
-  bool cuda() const { return batch().device() == DeviceKind::kCuda; }
-
-  std::array<int64_t, 4> LogicalShape() const {
-    const HostBatch& info = batch().info();
-    return {info.n, info.channels, info.height, info.width};
-  }
-  std::array<int64_t, 4> LogicalStrides() const {
-    const HostBatch& info = batch().info();
-    const int64_t h = info.height, w = info.width, c = info.channels;
-    if (batch().layout() == Layout::kNHWC) return {h * w * c, 1, w * c, c};
-    return {c * h * w, h * w, w, 1};
-  }
-
+  // (n, c, h, w), the logical shape of the images.
   py::tuple Shape() const {
-    if (labels_) return py::make_tuple(batch().size());
-    const auto s = LogicalShape();
-    return py::make_tuple(s[0], s[1], s[2], s[3]);
-  }
-  std::string DTypeName() const {
-    return labels_ ? "int64" : std::string(client::DTypeName(batch().dtype()));
-  }
-  std::string Device() const {
-    return cuda() ? absl::StrCat("cuda:", batch().device_id()) : "cpu";
+    const HostBatch& info = batch_.info();
+    return py::make_tuple(info.n, info.channels, info.height, info.width);
   }
 
-  py::tuple DLPackDevice() const {
-    return py::make_tuple(cuda() ? kDLCUDA : kDLCPU,
-                          cuda() ? batch().device_id() : 0);
-  }
-
-  // The array-API __dlpack__: for CUDA the consumer's `stream` waits (on the
-  // GPU) for the batch to be ready, and the batch's release is recorded on
-  // it. None means the legacy default stream, -1 "do not synchronize" (the
-  // consumer must then synchronize itself before using or releasing).
-  py::capsule DLPack(py::object stream, py::kwargs kwargs) {
-    for (auto item : kwargs) {
-      const std::string key = py::str(item.first);
-      if (key == "max_version") continue;  // the legacy capsule is allowed
-      if (key == "copy") {
-        if (!item.second.is_none() && item.second.cast<bool>()) {
-          PyErr_SetString(PyExc_BufferError,
-                          "stoker batches are exported without a copy only");
-          throw py::error_already_set();
-        }
-        continue;
-      }
-      if (key == "dl_device") {
-        if (!item.second.is_none() &&
-            !DLPackDevice().equal(
-                py::tuple(py::reinterpret_borrow<py::object>(item.second)))) {
-          PyErr_SetString(PyExc_BufferError,
-                          "stoker batches cannot be moved to another device");
-          throw py::error_already_set();
-        }
-        continue;
-      }
-      throw py::type_error(
-          absl::StrCat("__dlpack__() got an unexpected keyword argument '",
-                       key, "'"));
+  // images: the address of a dense tensor of output_.dtype with n * h * w *
+  // c elements, laid out NCHW (contiguous) or NHWC (channels_last) as the
+  // output layout says; labels: the address of n int64 values; both on the
+  // batch's device (host memory for "cpu"). stream: the cudaStream_t the
+  // caller will use the tensors on (0 = the legacy default stream); ignored
+  // on the CPU.
+  void ConvertInto(uintptr_t images, uintptr_t labels, uintptr_t stream) {
+    if (!batch_.valid()) {
+      ThrowStatus(absl::FailedPreconditionError(
+          "this batch was already converted"));
     }
-    if (!batch().valid()) {
-      ThrowStatus(absl::FailedPreconditionError("the batch was released"));
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = Convert(reinterpret_cast<void*>(images),
+                  reinterpret_cast<int64_t*>(labels),
+                  reinterpret_cast<CudaStream>(stream));
     }
-    if (cuda()) {
-      int64_t value = 0;
-      if (!stream.is_none()) value = stream.cast<int64_t>();
-      if (value != -1) {
-        // 1 and 2 are the runtime's own handles for the legacy and the
-        // per-thread default stream; 0 / None is the legacy one too.
-        const auto handle = reinterpret_cast<CudaStream>(
-            static_cast<uintptr_t>(value));
-        absl::Status s = holder_->batch.WaitOn(handle);
-        if (!s.ok()) ThrowStatus(s);
-      }
-    }
-    auto context = std::make_unique<ManagedContext>();
-    context->holder = holder_;
-    DLTensor& t = context->tensor.dl_tensor;
-    t.device.device_type = cuda() ? kDLCUDA : kDLCPU;
-    t.device.device_id = cuda() ? batch().device_id() : 0;
-    t.byte_offset = 0;
-    if (labels_) {
-      t.data = const_cast<int64_t*>(batch().labels());
-      t.ndim = 1;
-      t.dtype = {kDLInt, 64, 1};
-      context->shape[0] = batch().size();
-      context->strides[0] = 1;
-    } else {
-      t.data = batch().data();
-      t.ndim = 4;
-      t.dtype = ToDLDataType(batch().dtype());
-      context->shape = LogicalShape();
-      context->strides = LogicalStrides();
-    }
-    t.shape = context->shape.data();
-    t.strides = context->strides.data();
-    context->tensor.manager_ctx = context.get();
-    context->tensor.deleter = &DeleteManaged;
-    DLManagedTensor* managed = &context->tensor;
-    PyObject* capsule = PyCapsule_New(managed, "dltensor", &DestroyCapsule);
-    if (capsule == nullptr) throw py::error_already_set();
-    context.release();  // now owned by the capsule (or its consumer)
-    return py::reinterpret_steal<py::capsule>(capsule);
+    if (!s.ok()) ThrowStatus(s);
   }
 
  private:
-  std::shared_ptr<BatchHolder> holder_;
-  bool labels_;
+  absl::Status Convert(void* images, int64_t* labels, CudaStream stream) {
+    const HostBatch& info = batch_.info();
+    const ImageShape shape{info.n, info.height, info.width, info.channels};
+    const auto* pixels = static_cast<const uint8_t*>(batch_.data());
+    const size_t label_bytes = static_cast<size_t>(info.n) * sizeof(int64_t);
+    absl::Status s;
+    if (batch_.device() == DeviceKind::kCpu) {
+      s = ConvertOnHost(pixels, shape, output_, images);
+      if (s.ok() && label_bytes > 0) {
+        std::memcpy(labels, batch_.labels(), label_bytes);
+      }
+      batch_.Release();
+      return s;
+    }
+    ScopedCudaDevice device(batch_.device_id());
+    if (!device.status().ok()) return device.status();
+    s = batch_.WaitOn(stream);
+    if (s.ok()) s = ConvertOnDevice(pixels, shape, output_, images, stream);
+    if (s.ok() && label_bytes > 0) {
+      s = CudaMemcpyAsync(labels, batch_.labels(), label_bytes, stream);
+    }
+    // Recorded on `stream` (the last WaitOn), or, if the wait failed, a
+    // release without an event: nothing was enqueued that reads the slot.
+    batch_.Release();
+    return s;
+  }
+
+  DeviceBatch batch_;
+  const ConvertOptions output_;
 };
 
 // --- Pipeline binding ---
@@ -376,8 +248,17 @@ absl::Duration PositiveSeconds(const char* name, double seconds) {
   return absl::Seconds(seconds);
 }
 
-PipelineOptions ToOptions(const Settings& s) {
-  PipelineOptions o;
+// The pipeline's options (its device loader only stages the uint8 NHWC
+// batches on the device) and the conversion Python asked for, which
+// StagedBatch::ConvertInto applies into the caller's tensors.
+struct Configured {
+  PipelineOptions pipeline;
+  ConvertOptions output;
+};
+
+Configured ToOptions(const Settings& s) {
+  Configured configured;
+  PipelineOptions& o = configured.pipeline;
   LoaderOptions& l = o.loader;
   absl::StatusOr<std::vector<ServerSpec>> servers = ParseServerList(s.servers);
   if (!servers.ok()) {
@@ -414,13 +295,16 @@ PipelineOptions ToOptions(const Settings& s) {
   }
   absl::StatusOr<DType> dtype = ParseDType(s.dtype);
   if (!dtype.ok()) ThrowInvalid(absl::StrCat("dtype: ", dtype.status().message()));
-  d.convert.dtype = *dtype;
-  d.convert.layout = s.channels_last ? Layout::kNHWC : Layout::kNCHW;
-  d.convert.mean = s.mean;
-  d.convert.std = s.std;
-  if (absl::Status st = ValidateConvertOptions(d.convert); !st.ok()) {
+  ConvertOptions& out = configured.output;
+  out.dtype = *dtype;
+  out.layout = s.channels_last ? Layout::kNHWC : Layout::kNCHW;
+  out.mean = s.mean;
+  out.std = s.std;
+  if (absl::Status st = ValidateConvertOptions(out); !st.ok()) {
     ThrowStatus(st);
   }
+  d.convert.dtype = DType::kUint8;
+  d.convert.layout = Layout::kNHWC;
   if (s.output_slots < 1) {
     ThrowInvalid(absl::StrCat("output_slots must be >= 1, got ",
                               s.output_slots));
@@ -431,17 +315,18 @@ PipelineOptions ToOptions(const Settings& s) {
                               "got ", s.pinned_slots));
   }
   d.pinned_slots = s.pinned_slots;
-  return o;
+  return configured;
 }
 
 class PyPipeline {
  public:
   explicit PyPipeline(const Settings& settings) {
-    const PipelineOptions options = ToOptions(settings);
+    const Configured configured = ToOptions(settings);
+    output_ = configured.output;
     absl::StatusOr<std::unique_ptr<Pipeline>> created;
     {
       py::gil_scoped_release release;
-      created = Pipeline::Create(options);
+      created = Pipeline::Create(configured.pipeline);
     }
     if (!created.ok()) ThrowStatus(created.status());
     pipeline_ = *std::move(created);
@@ -475,7 +360,7 @@ class PyPipeline {
     if (!s.ok()) ThrowStatus(s);
   }
 
-  // (images view, labels view, info dict), or None at the end of the epoch.
+  // (StagedBatch, info dict), or None at the end of the epoch.
   py::object Next() {
     std::shared_ptr<Pipeline> p = Get();
     std::optional<DeviceBatch> batch;
@@ -487,12 +372,6 @@ class PyPipeline {
       }
       if (!r.ok()) {
         if (absl::IsOutOfRange(r.status())) return py::none();
-        if (absl::IsResourceExhausted(r.status())) {
-          ThrowStatus(absl::ResourceExhaustedError(absl::StrCat(
-              "every one of the loader's ", p->options().device.output_slots,
-              " output buffers is held by tensors of earlier batches; drop "
-              "them (or .clone() the ones you keep) or raise output_slots")));
-        }
         ThrowStatus(r.status());
       }
       if (r->has_value()) {
@@ -510,9 +389,7 @@ class PyPipeline {
       }
     }
     py::dict info = BatchInfo(*batch);
-    auto holder = std::make_shared<BatchHolder>(*std::move(batch));
-    return py::make_tuple(TensorView(holder, /*labels=*/false),
-                          TensorView(holder, /*labels=*/true), info);
+    return py::make_tuple(StagedBatch(*std::move(batch), output_), info);
   }
 
   void Abandon() {
@@ -561,6 +438,8 @@ class PyPipeline {
   // Copied by every call, so close() from another thread never frees the
   // pipeline under a running call.
   std::shared_ptr<Pipeline> pipeline_;
+  // The conversion the caller asked for (dtype, layout, normalization).
+  ConvertOptions output_;
 };
 
 void SetLogLevel(const std::string& level) {
@@ -630,18 +509,16 @@ PYBIND11_MODULE(_stoker, m) {
                               "Corrupt data (with fail_on_bad_sample).");
   e.resource_exhausted = MakeErrorType(
       m, "ResourceExhaustedError", py::make_tuple(base),
-      "Out of memory or buffers (e.g. all output buffers held by tensors).");
+      "Out of memory or buffers.");
   e.cancelled = MakeErrorType(m, "CancelledError", py::make_tuple(base),
                               "The operation was cancelled.");
 
-  py::class_<TensorView>(m, "TensorView",
-                         "Images or labels of one batch as a DLPack "
-                         "producer (no copy).")
-      .def("__dlpack__", &TensorView::DLPack, py::arg("stream") = py::none())
-      .def("__dlpack_device__", &TensorView::DLPackDevice)
-      .def_property_readonly("shape", &TensorView::Shape)
-      .def_property_readonly("dtype", &TensorView::DTypeName)
-      .def_property_readonly("device", &TensorView::Device);
+  py::class_<StagedBatch>(m, "StagedBatch",
+                          "One received batch; convert_into fills the "
+                          "caller's tensors (see stoker.Loader).")
+      .def_property_readonly("shape", &StagedBatch::Shape)
+      .def("convert_into", &StagedBatch::ConvertInto, py::arg("images"),
+           py::arg("labels"), py::arg("stream"));
 
   py::class_<Settings>(m, "Settings")
       .def(py::init<>())

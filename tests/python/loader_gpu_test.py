@@ -70,11 +70,24 @@ class LoaderGpuTest(unittest.TestCase):
                     self.assertTrue(torch.equal(a, c))
                     self.assertTrue(torch.equal(b, d))
 
+    def test_every_batch_of_an_epoch_can_be_kept_on_the_gpu(self):
+        reference = cpu_reference(dtype=torch.bfloat16, channels_last=True)
+        loader = make_loader(device="cuda", dtype=torch.bfloat16,
+                             channels_last=True, output_slots=2)
+        kept = list(loader)
+        torch.cuda.synchronize()
+        self.assertEqual(len(kept), len(reference))
+        self.assertGreater(len(kept), 2)
+        for (a, b), (c, d) in zip(kept, reference):
+            self.assertEqual(a.device, torch.device("cuda:0"))
+            self.assertTrue(torch.equal(a.cpu(), c))
+            self.assertTrue(torch.equal(b.cpu(), d))
+
     def test_consumer_on_a_side_stream_waits_for_each_batch(self):
-        # The consumer reads each batch on a side stream right after it is
-        # yielded. Without the wait on the batch's ready event (WaitOn),
-        # the copy would read an output slot the loader's stream is still
-        # writing (with two slots, mostly the batch from two steps before).
+        # The consumer takes each batch on a side stream. The conversion is
+        # enqueued there and must wait (on the GPU) for the loader's copy
+        # into the staging slot; without that wait it would read a slot the
+        # loader's stream is still writing.
         reference = cpu_reference(dtype=torch.float32)
         loader = make_loader(device="cuda", dtype=torch.float32,
                              output_slots=2)
@@ -91,9 +104,10 @@ class LoaderGpuTest(unittest.TestCase):
             self.assertTrue(torch.equal(b.cpu(), d))
 
     def test_release_waits_for_the_consumers_queued_work(self):
-        # The consumer queues a long GPU sleep, then a copy of the batch,
-        # and frees the tensors at once. The slot must not be rewritten until
-        # the copy has run: the release is recorded on the consumer's stream.
+        # The consumer queues a long GPU sleep after each batch, so the next
+        # batch's conversion, queued behind it on the same stream, runs late.
+        # Its staging slot must not be rewritten until that conversion has
+        # run: the slot's release is recorded on the consumer's stream.
         reference = cpu_reference(dtype=torch.bfloat16, channels_last=True)
         loader = make_loader(device="cuda", dtype=torch.bfloat16,
                              channels_last=True, output_slots=2)

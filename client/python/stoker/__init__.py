@@ -30,8 +30,7 @@ code name in `.code`:
                                                       without a GPU
       DataLossError                                   corrupt sample with
                                                       fail_on_bad_sample=True
-      ResourceExhaustedError                          every output buffer is
-                                                      held by earlier batches
+      ResourceExhaustedError                          out of memory or buffers
       CancelledError
 
 so `except ValueError` catches bad arguments and `except stoker.StokerError`

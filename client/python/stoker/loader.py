@@ -5,7 +5,6 @@ import numbers
 import os
 
 import torch
-import torch.utils.dlpack
 
 from stoker import _stoker
 
@@ -142,12 +141,9 @@ class Loader:
     Iterating yields ``(images, labels)`` for one epoch of this rank's share
     of the dataset: ``images`` of shape (N, 3, H, W) and the chosen dtype on
     the chosen device, ``labels`` int64 of shape (N,) on the same device.
-    The tensors share memory with the loader's output buffers (DLPack, no
-    copy); the buffer is reused only after both tensors are freed (on CUDA:
-    after the work queued on the stream that was current when the batch was
-    yielded, see below). Keep at most ``output_slots - 1`` batches alive at
-    once, or ``.clone()`` what you keep; holding all of them raises
-    ResourceExhaustedError instead of deadlocking.
+    Every yielded tensor is the caller's own, allocated by torch (on CUDA
+    through its caching allocator): keep as many as you like, e.g.
+    ``list(loader)``; they cost only their memory.
 
     Epochs (like DistributedSampler): every ``iter(loader)`` starts a new
     epoch. ``set_epoch(e)`` makes the next iteration epoch ``e``; without
@@ -164,12 +160,13 @@ class Loader:
     with exactly the batches of that epoch not yet yielded, then with the
     following epochs.
 
-    CUDA streams: a CUDA batch is produced on the loader's own stream. When
-    it is yielded, the current stream of its device
-    (torch.cuda.current_stream()) is made to wait for it on the GPU (the
-    host does not block), and its buffer's release is recorded on that
-    stream when the tensors are freed. Use the tensors on that stream (or
-    call tensor.record_stream / synchronize when using another).
+    CUDA streams: a batch's uint8 pixels are copied to the GPU ahead of
+    time on the loader's own stream. When it is yielded, the conversion
+    (dtype, layout, normalization) into the new tensors is enqueued on the
+    current stream of its device (torch.cuda.current_stream()), after a
+    GPU-side wait for that copy: the host does not block, and the tensors
+    are ready for work queued on that stream. Use them on that stream (or
+    synchronize / tensor.record_stream when using another).
 
     Ctrl-C: the wait for a batch is interruptible; KeyboardInterrupt stops
     the prefetching, state_dict() still describes what was yielded, and the
@@ -215,8 +212,9 @@ class Loader:
         given to another server.
       unavailable_timeout: seconds with every server failing after which
         the loader gives up with UnavailableError (also bounds creation).
-      output_slots: converted batches that can exist at once (held by you
-        or converted ahead); >= 2 to overlap conversion with your step.
+      output_slots: batches staged ahead on the device (uint8, copied
+        from pinned memory while you compute); >= 2 to overlap the copy
+        with your step. Not a limit on the batches you keep.
       pinned_slots: host buffers for received batches; 0 means prefetch + 2.
     """
 
@@ -366,6 +364,18 @@ class Loader:
         self._generation += 1
         return _EpochIterator(self, self._generation, with_info)
 
+    def _allocate(self, shape):
+        """New (images, labels) tensors for a batch of logical shape
+        (n, c, h, w), from torch's allocator (on CUDA: its caching allocator,
+        for the current stream)."""
+        images = torch.empty(
+            shape, dtype=self._dtype, device=self._device,
+            memory_format=(torch.channels_last if self._settings.channels_last
+                           else torch.contiguous_format))
+        labels = torch.empty((shape[0],), dtype=torch.int64,
+                             device=self._device)
+        return images, labels
+
     def _resume_epoch(self):
         return _stoker.parse_cursor(self._resume)["epoch"]
 
@@ -503,8 +513,6 @@ class _EpochIterator:
                 "load_state_dict() replaced it")
         try:
             item = loader._open().next()
-        except _stoker.ResourceExhaustedError:
-            raise  # the caller holds every buffer; it may free one and retry
         except BaseException:
             # The epoch cannot continue (error or Ctrl-C); state_dict() still
             # describes what was yielded.
@@ -514,11 +522,12 @@ class _EpochIterator:
             self._done = True
             loader._in_progress = False
             raise StopIteration
-        images_view, labels_view, info = item
-        # For CUDA, from_dlpack passes the current stream to __dlpack__,
-        # which makes it wait for the batch (see Loader).
-        images = torch.utils.dlpack.from_dlpack(images_view)
-        labels = torch.utils.dlpack.from_dlpack(labels_view)
+        staged, info = item
+        images, labels = loader._allocate(staged.shape)
+        stream = 0
+        if images.is_cuda:
+            stream = torch.cuda.current_stream(images.device).cuda_stream
+        staged.convert_into(images.data_ptr(), labels.data_ptr(), stream)
         if self._with_info:
             return images, labels, info
         return images, labels
