@@ -100,15 +100,18 @@ Loader::Loader(const LoaderOptions& options)
 
 Loader::~Loader() {
   Cancel();
-  std::vector<std::thread> threads;
-  {
-    absl::MutexLock lock(&mu_);
-    threads.swap(threads_);
+  // Threads may start threads (DNS re-resolution adds fetch threads), so
+  // join until none is left, never holding mu_ while joining: the threads
+  // need it to see stopping_.
+  while (true) {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      threads.swap(threads_);
+    }
+    if (threads.empty()) break;
+    for (std::thread& t : threads) t.join();
   }
-  for (std::thread& t : threads) t.join();
-  absl::MutexLock lock(&mu_);
-  // Threads started while we joined (DNS) see stopping_ and exit at once.
-  for (std::thread& t : threads_) t.join();
 }
 
 absl::StatusOr<v1::GetDatasetInfoResponse> Loader::FetchInfo(
@@ -411,6 +414,7 @@ void Loader::FetchLoop(Endpoint* endpoint) {
     absl::MutexLock lock(&mu_);
     // An abandoned epoch or a loader shutting down: not a server failure.
     if (generation != generation_ || stopping_) continue;
+    std::string reissued;
     if (first_missing < range.end) {
       ReturnRangeLocked({first_missing, range.end});
       stats_.reissued_batches += range.end - first_missing;
@@ -420,23 +424,29 @@ void Loader::FetchLoop(Endpoint* endpoint) {
             "stream ended at batch ", first_missing, " of [", range.begin,
             ", ", range.end, ")"));
       }
-      spdlog::warn("server {}: {} (batches from {} go elsewhere)",
-                   endpoint->address, status.ToString(), first_missing);
-      if (RefusesEndpoint(status.code())) {
-        endpoint->refused = true;
-        endpoint->last_error = std::string(status.message());
-        if (AllEndpointsFailingLocked() &&
-            all_failing_since_ == absl::InfiniteFuture()) {
-          all_failing_since_ = absl::Now();
-        }
-      } else if (Fatal(status.code())) {
-        if (error_.ok()) error_ = status;
-      } else {
-        MarkFailureLocked(endpoint, status);
-      }
-    } else {
+      reissued = absl::StrCat(" (batches from ", first_missing,
+                              " go elsewhere)");
+    }
+    if (status.ok()) {
       endpoint->consecutive_failures = 0;
       all_failing_since_ = absl::InfiniteFuture();
+      continue;
+    }
+    // Also when every batch of the range arrived: a server that sends more
+    // than it was asked for, or ends without a summary, is misbehaving.
+    spdlog::warn("server {}: {}{}", endpoint->address, status.ToString(),
+                 reissued);
+    if (RefusesEndpoint(status.code())) {
+      endpoint->refused = true;
+      endpoint->last_error = std::string(status.message());
+      if (AllEndpointsFailingLocked() &&
+          all_failing_since_ == absl::InfiniteFuture()) {
+        all_failing_since_ = absl::Now();
+      }
+    } else if (Fatal(status.code())) {
+      if (error_.ok()) error_ = status;
+    } else {
+      MarkFailureLocked(endpoint, status);
     }
   }
 }
@@ -477,6 +487,14 @@ int64_t Loader::RunRange(Endpoint* endpoint, Range range, int64_t generation,
     }
     if (!decoded->has_value() || !local.ok()) continue;
     HostBatch& batch = **decoded;
+    if (next >= range.end) {
+      local = absl::DataLossError(absl::StrCat(
+          "server ", endpoint->address, " sent batch ", batch.batch_index,
+          " past the end of the requested range [", range.begin, ", ",
+          range.end, ")"));
+      active.context.TryCancel();
+      continue;
+    }
     if (batch.batch_index != next) {
       local = absl::DataLossError(absl::StrCat(
           "server ", endpoint->address, " sent batch ", batch.batch_index,

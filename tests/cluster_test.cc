@@ -1,6 +1,7 @@
 // Many servers, no coordinator: exactly-once epochs through failures,
 // deterministic order, resume from a cursor, ranks.
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -59,6 +60,51 @@ class StallingService final : public v1::Stoker::CallbackService {
  private:
   const v1::GetDatasetInfoResponse info_;
   std::atomic<int> streams_{0};
+};
+
+// Streams a real server's batches for the requested range, then one more
+// batch (a copy of the last, numbered one past the range) before the
+// summary: a buggy or hostile server as far as a client can tell. A
+// synchronous service (its own threads), so that forwarding may block.
+class OverrunService final : public v1::Stoker::Service {
+ public:
+  explicit OverrunService(const std::string& real_address)
+      : stub_(v1::Stoker::NewStub(grpc::CreateChannel(
+            real_address, grpc::InsecureChannelCredentials()))) {}
+
+  grpc::Status GetDatasetInfo(grpc::ServerContext*,
+                              const v1::GetDatasetInfoRequest* request,
+                              v1::GetDatasetInfoResponse* response) override {
+    grpc::ClientContext forward;
+    return stub_->GetDatasetInfo(&forward, *request, response);
+  }
+
+  grpc::Status StreamBatches(
+      grpc::ServerContext*, const v1::StreamBatchesRequest* request,
+      grpc::ServerWriter<v1::StreamBatchesResponse>* writer) override {
+    std::vector<v1::StreamBatchesResponse> messages;
+    grpc::ClientContext forward;
+    auto reader = stub_->StreamBatches(&forward, *request);
+    v1::StreamBatchesResponse message;
+    while (reader->Read(&message)) messages.push_back(message);
+    grpc::Status status = reader->Finish();
+    if (status.ok() && messages.size() >= 2 && messages.back().has_summary()) {
+      v1::StreamBatchesResponse extra = messages[messages.size() - 2];
+      extra.mutable_batch()->set_batch_index(request->end_batch());
+      messages.insert(messages.end() - 1, extra);
+      overruns_.fetch_add(1);
+    }
+    for (const auto& m : messages) {
+      if (!writer->Write(m)) return grpc::Status::CANCELLED;
+    }
+    return status;
+  }
+
+  int overruns() const { return overruns_.load(); }
+
+ private:
+  std::unique_ptr<v1::Stoker::Stub> stub_;
+  std::atomic<int> overruns_{0};
 };
 
 class ClusterTest : public ::testing::Test {
@@ -311,6 +357,46 @@ TEST_F(ClusterTest, EpochsStartedFromCursorsFetchEachBatchOnce) {
   int64_t received = 0;
   for (const auto& [server, n] : stats.batches_by_server) received += n;
   EXPECT_EQ(received, delivered);
+}
+
+TEST_F(ClusterTest, BatchPastTheRequestedRangeIsRefused) {
+  auto real = Start(1);
+  const std::string single = SingleServerDigest();
+  OverrunService overrun(real->address(0));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&overrun);
+  auto bad = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  client::ServerSpec bad_spec;
+  bad_spec.host = "127.0.0.1";
+  bad_spec.port = port;
+  // Only the misbehaving server: every range it serves ends with an extra
+  // batch, at the end of the epoch one that would index past the loader's
+  // bookkeeping. The batches it was asked for are right and are kept; the
+  // extra one is refused and the server marked failing each time.
+  client::LoaderOptions options = TestLoaderOptions({bad_spec}, kDataset, 3);
+  options.batches_per_request = 3;
+  for (bool in_order : {true, false}) {
+    options.in_order = in_order;
+    auto loader = client::Loader::Create(options);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    const int before = overrun.overruns();
+    auto batches = ReadEpoch(**loader, 0);
+    ASSERT_TRUE(batches.ok()) << batches.status();
+    ExpectEachSampleOnce(*batches, 48);
+    if (in_order) {
+      EXPECT_EQ(Digest(*batches), single);
+    }
+    // Each fetch thread records the refusal before it takes another range
+    // (the last ones may still be on their way when the epoch is done).
+    const int overruns = overrun.overruns() - before;
+    EXPECT_GT((*loader)->stats().stream_failures, 0);
+    EXPECT_LE((*loader)->stats().stream_failures, overruns);
+  }
+  bad->Shutdown(std::chrono::system_clock::now());
 }
 
 TEST_F(ClusterTest, CursorOfAnotherPlanIsRejected) {
