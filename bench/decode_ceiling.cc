@@ -21,11 +21,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/command_line.h"
 #include "server/dataset.h"
 #include "spdlog/spdlog.h"
 
@@ -92,7 +92,7 @@ class Decoder {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  stoker::common::SetUsage(
       "One-thread full-frame libjpeg-turbo decode rate over WebDataset "
       "shards.\nExample: decode_ceiling --shards='/data/sample-*.tar'");
   absl::ParseCommandLine(argc, argv);

@@ -30,7 +30,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -42,6 +41,7 @@
 #include "client/host_batch.h"
 #include "client/stream_reader.h"
 #include "common/batch_wire.h"
+#include "common/command_line.h"
 #include "common/malloc_tuning.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -227,7 +227,7 @@ absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseGrpcArgs(
 int main(int argc, char** argv) {
   // Same process settings as stoker_server and stoker_fetch.
   stoker::common::TuneMallocForLargeBuffers();
-  absl::SetProgramUsageMessage(
+  stoker::common::SetUsage(
       "gRPC transport throughput with Stoker's zero-copy batch encoding, "
       "in one process over 127.0.0.1.");
   absl::ParseCommandLine(argc, argv);

@@ -33,6 +33,7 @@
 #include "client/cuda_runtime.h"
 #include "client/device_loader.h"
 #include "client/host_batch.h"
+#include "common/command_line.h"
 
 ABSL_FLAG(int, batch, 256, "Images per batch.");
 ABSL_FLAG(int, height, 224, "Image height.");
@@ -468,6 +469,10 @@ int Main() {
 }  // namespace stoker::client
 
 int main(int argc, char** argv) {
+  stoker::common::SetUsage(
+      "GPU side of the client: pinned copy vs plain copies, the conversion "
+      "kernel vs the device's memory bandwidth, a synthetic consumer's wait.\n"
+      "Example: device_bench --consumer_us=20000");
   absl::ParseCommandLine(argc, argv);
   return stoker::client::Main();
 }

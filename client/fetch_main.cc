@@ -9,7 +9,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,6 +18,7 @@
 #include "client/cursor.h"
 #include "client/loader.h"
 #include "client/server_list.h"
+#include "common/command_line.h"
 #include "common/transform_spec.h"
 #include "common/malloc_tuning.h"
 #include "spdlog/spdlog.h"
@@ -135,7 +135,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   stoker::common::TuneMallocForLargeBuffers();
-  absl::SetProgramUsageMessage(
+  stoker::common::SetUsage(
       "Streams epochs from Stoker servers and prints throughput.\n"
       "Example: stoker_fetch --servers=localhost:50051 --dataset=train "
       "--epochs=2");

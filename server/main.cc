@@ -14,10 +14,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/command_line.h"
 #include "server/data_service.h"
 #include "server/dataset.h"
 #include "server/server.h"
@@ -141,7 +141,7 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
 
 int main(int argc, char** argv) {
   stoker::common::TuneMallocForLargeBuffers();
-  absl::SetProgramUsageMessage(
+  stoker::common::SetUsage(
       "Serves WebDataset .tar shards as decoded, augmented uint8 batches.\n"
       "Example: stoker_server --port=50051 --dataset=train='/data/train-*.tar'");
   std::vector<std::string> datasets = ExtractRepeated("dataset", &argc, argv);

@@ -132,4 +132,11 @@ if "$server_bin" --dataset=nonsense 2>"$tmp/bad2.err"; then
 fi
 grep -q "NAME=GLOB" "$tmp/bad2.err" || fail "unclear error: $(cat "$tmp/bad2.err")"
 echo "ok: bad flags get clear errors"
+help=$("$server_bin" --help 2>&1 || true)  # absl's --help exits 1
+grep -q -- "--dataset (NAME=GLOB" <<<"$help" \
+  || fail "stoker_server --help does not list its flags: $help"
+help=$("$fetch_bin" --help 2>&1 || true)
+grep -q -- "--servers (" <<<"$help" \
+  || fail "stoker_fetch --help does not list its flags: $help"
+echo "ok: --help lists the flags"
 echo "1 passed, 0 failed"

@@ -10,7 +10,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "common/command_line.h"
 #include "spdlog/spdlog.h"
 #include "tools/sample_shards.h"
 
@@ -30,7 +30,7 @@ ABSL_FLAG(double, png_fraction, 0.0,
           "Fraction of images written as PNG, 0..1.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  stoker::common::SetUsage(
       "Writes synthetic WebDataset shards ({prefix}-NNNNNN.tar with key.cls "
       "and "
       "key.jpg/key.png members) and prints their paths.");

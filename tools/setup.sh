@@ -11,6 +11,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libturbojpeg0-dev libjpeg62-turbo-dev
   python3-dev pybind11-dev python3-numpy python3-torch python3-torchvision
   python3-pil tar
+  # The benchmark's raw TCP reference (bench/run_benchmark.py).
+  iperf3
   # Camera photographs for the real-photo benchmark corpus
   # (tools/photo_shards.py).
   mate-backgrounds
