@@ -13,8 +13,9 @@
         for images, labels in loader:      # torch tensors on the device
             ...
 
-Batches arrive without a copy (DLPack): `images` is (N, 3, H, W) with
-channels-last strides when channels_last=True, `labels` is int64 (N,). See
+Every batch is converted straight into new tensors that the caller owns:
+`images` is (N, 3, H, W) with channels-last strides when
+channels_last=True, `labels` is int64 (N,). See
 `Loader` for epochs, ranks, checkpointing (state_dict) and statistics.
 
 Errors are `StokerError` (a RuntimeError) subclasses that carry the status
