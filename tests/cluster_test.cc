@@ -123,6 +123,22 @@ class ClusterTest : public ::testing::Test {
     return cluster.ok() ? *std::move(cluster) : nullptr;
   }
 
+  // Serves `service` (a fake) on a free loopback port; sets `spec` to it.
+  // Null if it could not start.
+  static std::unique_ptr<grpc::Server> StartFake(grpc::Service* service,
+                                                 client::ServerSpec* spec) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    if (port == 0) return nullptr;
+    spec->host = "127.0.0.1";
+    spec->port = port;
+    return server;
+  }
+
   std::string SingleServerDigest() {
     auto one = Start(1);
     auto loader = client::Loader::Create(
@@ -185,18 +201,11 @@ TEST_F(ClusterTest, StalledServerIsDetectedAndItsWorkReissued) {
         return r;
       }());
   StallingService stalling(info);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&stalling);
-  auto hung = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
+  client::ServerSpec hung_spec;
+  auto hung = StartFake(&stalling, &hung_spec);
+  ASSERT_NE(hung, nullptr);
 
   std::vector<client::ServerSpec> specs = real->specs();
-  client::ServerSpec hung_spec;
-  hung_spec.host = "127.0.0.1";
-  hung_spec.port = port;
   specs.insert(specs.begin(), hung_spec);
   client::LoaderOptions options = TestLoaderOptions(specs, kDataset, 3);
   options.stall_timeout = absl::Milliseconds(300);
@@ -363,16 +372,9 @@ TEST_F(ClusterTest, BatchPastTheRequestedRangeIsRefused) {
   auto real = Start(1);
   const std::string single = SingleServerDigest();
   OverrunService overrun(real->address(0));
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&overrun);
-  auto bad = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
   client::ServerSpec bad_spec;
-  bad_spec.host = "127.0.0.1";
-  bad_spec.port = port;
+  auto bad = StartFake(&overrun, &bad_spec);
+  ASSERT_NE(bad, nullptr);
   // Only the misbehaving server: every range it serves ends with an extra
   // batch, at the end of the epoch one that would index past the loader's
   // bookkeeping. The batches it was asked for are right and are kept; the
