@@ -39,6 +39,8 @@ struct Traits {
   static constexpr int kBits = kDType == kKernelUint8     ? 8
                                : kDType == kKernelFloat32 ? 32
                                                           : 16;
+  // Output elements per 16-byte vector: 16 (uint8), 8 (16-bit), 4 (float).
+  static constexpr int kElems = 128 / kBits;
 };
 
 template <int kDType>
@@ -73,15 +75,10 @@ __device__ __forceinline__ void Store16(uint8_t* dst, const uint32_t* w) {
   *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// The vectorized kernels: every thread writes exactly one 16-byte vector of
-// output, so that a warp's store is 512 contiguous bytes (one transaction
-// per 32-byte sector, no partial-sector writes), and reads the input
-// bytes that vector needs.
-template <int kDType>
-struct Vec {
-  // Output elements per 16-byte vector: 16 (uint8), 8 (16-bit), 4 (float).
-  static constexpr int kElems = 128 / Traits<kDType>::kBits;
-};
+// The vectorized kernels below: every thread writes exactly one 16-byte
+// vector of output (Traits::kElems elements) per output plane, so that a
+// warp's store is 512 contiguous bytes (one transaction per 32-byte sector,
+// no partial-sector writes), and reads the input bytes that vector needs.
 
 template <int kBytes>
 __device__ __forceinline__ void LoadBytes(const uint8_t* p, uint32_t* words) {
@@ -107,7 +104,7 @@ template <int kDType>
 __global__ void __launch_bounds__(kThreads)
     NhwcKernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
                int64_t vectors, Affine a) {
-  constexpr int kElems = Vec<kDType>::kElems;
+  constexpr int kElems = Traits<kDType>::kElems;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        g < vectors; g += stride) {
@@ -138,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
     NchwKernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
                int64_t groups, int64_t groups_per_image, int64_t pixels,
                Affine a) {
-  constexpr int kElems = Vec<kDType>::kElems;
+  constexpr int kElems = Traits<kDType>::kElems;
   constexpr int kElemBytes = Traits<kDType>::kBits / 8;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -221,7 +218,7 @@ int Launch(const ConvertKernelArgs& args, cudaStream_t stream) {
   const bool aligned = Aligned16(src) && Aligned16(dst);
   // With one channel NCHW and NHWC are the same layout.
   const bool nchw = args.nchw && args.channels > 1;
-  constexpr int kElems = Vec<kDType>::kElems;
+  constexpr int kElems = Traits<kDType>::kElems;
   int64_t done = 0;
   if (aligned && !nchw && (args.channels == 1 || args.channels == 3)) {
     const int64_t vectors = total / kElems;
