@@ -33,11 +33,7 @@ be told apart from a slow loader. Every figure is measured in this run.
 import argparse
 import functools
 import os
-import re
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -45,7 +41,8 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_benchmark import ShardDataset, index_shards, list_shards  # noqa: E402
+from run_benchmark import (  # noqa: E402
+    Server, ShardDataset, index_shards, list_shards)
 
 DATASET = "photos"
 TRANSFORM = "RandomResizedCrop(224)|RandomHorizontalFlip()"
@@ -235,43 +232,25 @@ class Servers:
 
     def __init__(self, args, data_cpus):
         glob = os.path.join(os.path.abspath(args.data_dir), "*.tar")
-        self.procs, self.logs, self.addresses = [], [], []
         shares = [data_cpus[i::args.num_servers]
                   for i in range(args.num_servers)]
-        for cpus in shares:
-            log_file = tempfile.TemporaryFile(mode="w+")
-            cmd = [args.server_bin, "--port=0", "--host=127.0.0.1",
-                   f"--dataset={DATASET}={glob}", f"--threads={len(cpus)}"]
-            proc = subprocess.Popen(
-                cmd, stdout=log_file, stderr=subprocess.STDOUT,
-                preexec_fn=lambda c=cpus: os.sched_setaffinity(0, c))
-            self.procs.append(proc)
-            self.logs.append(log_file)
-        for proc, log_file in zip(self.procs, self.logs):
-            deadline = time.time() + 120
-            while True:
-                log_file.seek(0)
-                text = log_file.read()
-                m = re.search(r"listening on port (\d+)", text)
-                if m:
-                    self.addresses.append(f"127.0.0.1:{m.group(1)}")
-                    break
-                if proc.poll() is not None or time.time() > deadline:
-                    self.stop()
-                    raise RuntimeError("stoker_server did not start:\n" + text)
-                time.sleep(0.05)
+        self.servers = []
+        try:
+            for cpus in shares:
+                self.servers.append(Server(
+                    [args.server_bin, "--port=0", "--host=127.0.0.1",
+                     f"--dataset={DATASET}={glob}", f"--threads={len(cpus)}"],
+                    cpus))
+        except BaseException:
+            self.stop()  # the ones already started
+            raise
+        self.addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
         log(f"stoker servers at {','.join(self.addresses)} on CPUs "
             f"{shares}")
 
     def stop(self):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for server in self.servers:
+            server.stop()
 
 
 def stoker_batches(args, servers, device):
@@ -339,6 +318,9 @@ def main():
                  "with tools/photo_shards.py")
     train_cpus = parse_cpus(args.train_cpus)
     data_cpus = parse_cpus(args.data_cpus)
+    if not 1 <= args.num_servers <= len(data_cpus):
+        sys.exit(f"gpu_train: --num_servers={args.num_servers} needs 1 to "
+                 f"{len(data_cpus)} (one data CPU at least per server)")
     os.sched_setaffinity(0, train_cpus)
     torch.set_num_threads(len(train_cpus))
     skip = set(filter(None, args.skip.split(",")))

@@ -206,19 +206,25 @@ def shard_glob(data_dir):
 # ---------------------------------------------------------------- b. Stoker
 
 
-class Server:
-    """stoker_server on port 0; stopped with SIGTERM."""
+def server_command(args, bazel_bin, data_dir):
+    return [
+        binary(bazel_bin, "server/stoker_server"), "--port=0",
+        "--host=127.0.0.1", f"--dataset={DATASET}={shard_glob(data_dir)}",
+        f"--threads={args.cores}", "--log_level=info"
+    ] + shlex.split(args.server_flags)
 
-    def __init__(self, args, bazel_bin, data_dir):
+
+class Server:
+    """A stoker_server started from `cmd` (which must include --port=0),
+    optionally pinned to `cpus`; stopped with SIGTERM."""
+
+    def __init__(self, cmd, cpus=None):
         self.log_file = tempfile.TemporaryFile(mode="w+")
-        cmd = [
-            binary(bazel_bin, "server/stoker_server"), "--port=0",
-            "--host=127.0.0.1", f"--dataset={DATASET}={shard_glob(data_dir)}",
-            f"--threads={args.cores}", "--log_level=info"
-        ] + shlex.split(args.server_flags)
         log("server: " + " ".join(shlex.quote(c) for c in cmd))
-        self.proc = subprocess.Popen(cmd, stdout=self.log_file,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log_file, stderr=subprocess.STDOUT,
+            preexec_fn=(None if cpus is None else
+                        lambda: os.sched_setaffinity(0, cpus)))
         self.port = None
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -267,7 +273,7 @@ def run_fetch(args, bazel_bin, port, start_epoch, epochs):
 
 
 def bench_stoker(args, bazel_bin, data_dir):
-    server = Server(args, bazel_bin, data_dir)
+    server = Server(server_command(args, bazel_bin, data_dir))
     try:
         _, warm = run_fetch(args, bazel_bin, server.port, 0, 1)
         warm_rate = float(warm["images_per_s"])
