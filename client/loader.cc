@@ -18,30 +18,6 @@
 
 namespace stoker::client {
 
-struct Loader::Endpoint {
-  std::string address;
-  // The --servers entry it came from (for retiring vanished DNS addresses).
-  std::string origin;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Stoker::Stub> stub;
-  // Guarded by the loader's mu_.
-  bool verified = false;  // fingerprint checked
-  bool refused = false;   // wrong data; never used again
-  bool retired = false;   // gone from DNS
-  int consecutive_failures = 0;
-  absl::Time retry_at = absl::InfinitePast();
-  std::string last_error;
-};
-
-struct Loader::ActiveStream {
-  Endpoint* endpoint = nullptr;
-  grpc::ClientContext context;
-  // Guarded by the loader's mu_.
-  absl::Time last_progress;
-  bool blocked_on_allocator = false;
-  bool stalled = false;
-};
-
 namespace {
 
 bool Fatal(absl::StatusCode code) {
@@ -96,7 +72,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
 Loader::Loader(const LoaderOptions& options)
     : options_(options),
       allocator_(options.allocator != nullptr ? options.allocator
-                                               : &heap_allocator_) {}
+                                               : &heap_allocator_),
+      endpoints_(options.retry_backoff_min, options.retry_backoff_max) {}
 
 Loader::~Loader() {
   Cancel();
@@ -115,18 +92,17 @@ Loader::~Loader() {
 }
 
 absl::StatusOr<v1::GetDatasetInfoResponse> Loader::FetchInfo(
-    Endpoint* endpoint) {
+    const std::string& address, v1::Stoker::Stub* stub) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoNanoseconds(options_.info_timeout));
   v1::GetDatasetInfoRequest request;
   request.set_dataset(options_.dataset);
   v1::GetDatasetInfoResponse response;
-  grpc::Status status = endpoint->stub->GetDatasetInfo(&context, request,
-                                                       &response);
+  grpc::Status status = stub->GetDatasetInfo(&context, request, &response);
   if (!status.ok()) {
     absl::Status s = common::FromGrpcStatus(status);
-    return absl::Status(s.code(), absl::StrCat("server ", endpoint->address,
+    return absl::Status(s.code(), absl::StrCat("server ", address,
                                                ": ", s.message()));
   }
   return response;
@@ -164,19 +140,23 @@ absl::Status Loader::Init() {
                                 ? absl::UnavailableError("no server answered")
                                 : resolve_error;
   while (true) {
-    std::vector<Endpoint*> todo;
+    std::vector<std::pair<int, std::string>> todo;  // id, address
+    std::vector<std::future<absl::StatusOr<v1::GetDatasetInfoResponse>>> infos;
     {
       absl::MutexLock lock(&mu_);
-      for (auto& e : endpoints_) {
-        if (!e->verified) todo.push_back(e.get());
+      for (int id = 0; id < endpoints_.size(); ++id) {
+        if (endpoints_[id].verified) continue;
+        todo.emplace_back(id, endpoints_[id].address);
+        infos.push_back(std::async(
+            std::launch::async,
+            [this, address = endpoints_[id].address,
+             stub = connections_[id]->stub.get()] {
+              return FetchInfo(address, stub);
+            }));
       }
     }
-    std::vector<std::future<absl::StatusOr<v1::GetDatasetInfoResponse>>> infos;
-    for (Endpoint* e : todo) {
-      infos.push_back(std::async(std::launch::async,
-                                 [this, e] { return FetchInfo(e); }));
-    }
     for (size_t i = 0; i < todo.size(); ++i) {
+      const auto& [id, address] = todo[i];
       absl::StatusOr<v1::GetDatasetInfoResponse> info = infos[i].get();
       if (!info.ok()) {
         if (absl::IsNotFound(info.status())) return info.status();
@@ -185,18 +165,18 @@ absl::Status Loader::Init() {
         continue;
       }
       if (reference_address.empty()) {
-        reference_address = todo[i]->address;
+        reference_address = address;
         reference = *info;
       } else if (info->fingerprint() != reference.fingerprint()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "server ", todo[i]->address, " has dataset '", options_.dataset,
+            "server ", address, " has dataset '", options_.dataset,
             "' with fingerprint ", info->fingerprint(), " (",
             info->sample_count(), " samples) but server ", reference_address,
             " has ", reference.fingerprint(), " (", reference.sample_count(),
             " samples); all servers must hold the same data"));
       }
       absl::MutexLock lock(&mu_);
-      todo[i]->verified = true;
+      endpoints_.MarkVerified(id);
     }
     if (!reference_address.empty()) break;
     if (absl::Now() >= deadline) {
@@ -229,23 +209,30 @@ absl::Status Loader::Init() {
       options_.shuffle, "|", options_.drop_last));
 
   absl::MutexLock lock(&mu_);
-  for (auto& e : endpoints_) StartFetchersLocked(e.get());
+  schedule_ = std::make_unique<RangeSchedule>(
+      num_batches_, options_.prefetch_batches, options_.batches_per_request,
+      options_.in_order);
+  for (int id = 0; id < endpoints_.size(); ++id) StartFetchersLocked(id);
   threads_.emplace_back([this] { WatchdogLoop(); });
   return absl::OkStatus();
 }
 
-Loader::Endpoint* Loader::AddEndpointLocked(const std::string& address,
-                                            const std::string& origin) {
-  auto endpoint = std::make_unique<Endpoint>();
-  endpoint->address = address;
-  endpoint->origin = origin;
-  endpoint->channel = MakeStokerChannel(address, options_.max_message_bytes);
-  endpoint->stub = v1::Stoker::NewStub(endpoint->channel);
-  endpoints_.push_back(std::move(endpoint));
-  return endpoints_.back().get();
+int Loader::AddEndpointLocked(const std::string& address,
+                              const std::string& origin) {
+  const int id = endpoints_.Add(address, origin);
+  ConnectLocked(id);
+  return id;
 }
 
-void Loader::StartFetchersLocked(Endpoint* endpoint) {
+void Loader::ConnectLocked(int endpoint) {
+  auto connection = std::make_unique<Connection>();
+  connection->channel = MakeStokerChannel(endpoints_[endpoint].address,
+                                          options_.max_message_bytes);
+  connection->stub = v1::Stoker::NewStub(connection->channel);
+  connections_.push_back(std::move(connection));
+}
+
+void Loader::StartFetchersLocked(int endpoint) {
   for (int i = 0; i < options_.streams_per_server; ++i) {
     threads_.emplace_back([this, endpoint] { FetchLoop(endpoint); });
   }
@@ -262,80 +249,27 @@ void Loader::ResolveNow() {
     const std::string origin = spec.ToString();
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
-    for (auto& e : endpoints_) {
-      if (e->origin != origin || e->retired) continue;
-      if (std::find(resolved->begin(), resolved->end(), e->address) ==
-          resolved->end()) {
-        e->retired = true;
-        spdlog::info("server {} left {}", e->address, origin);
+    std::vector<bool> was_retired;
+    for (int id = 0; id < endpoints_.size(); ++id) {
+      was_retired.push_back(endpoints_[id].retired);
+    }
+    const std::vector<int> added =
+        endpoints_.UpdateOrigin(origin, *resolved, absl::Now());
+    for (int id = 0; id < static_cast<int>(was_retired.size()); ++id) {
+      if (!was_retired[id] && endpoints_[id].retired) {
+        spdlog::info("server {} left {}", endpoints_[id].address, origin);
       }
     }
-    for (const std::string& address : *resolved) {
-      bool known = false;
-      for (auto& e : endpoints_) {
-        if (e->address == address && !e->retired) known = true;
-      }
-      if (known) continue;
-      spdlog::info("server {} joined {}", address, origin);
-      StartFetchersLocked(AddEndpointLocked(address, origin));
+    for (int id : added) {
+      spdlog::info("server {} joined {}", endpoints_[id].address, origin);
+      ConnectLocked(id);
+      StartFetchersLocked(id);
     }
-  }
-}
-
-int64_t Loader::WindowEndLocked() const {
-  return std::min(num_batches_, next_deliver_ + options_.prefetch_batches);
-}
-
-bool Loader::TakeRangeLocked(Range* range) {
-  if (pending_.empty()) return false;
-  Range first = *pending_.begin();
-  const int64_t window_end = WindowEndLocked();
-  if (first.begin >= window_end) return false;
-  pending_.erase(pending_.begin());
-  int64_t end = std::min({first.end, first.begin + options_.batches_per_request,
-                          window_end});
-  if (end < first.end) pending_.insert({end, first.end});
-  *range = {first.begin, end};
-  return true;
-}
-
-void Loader::ReturnRangeLocked(Range range) {
-  if (range.begin < range.end) pending_.insert(range);
-}
-
-bool Loader::AllEndpointsFailingLocked() const {
-  for (const auto& e : endpoints_) {
-    if (!e->retired && !e->refused && e->consecutive_failures == 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
-void Loader::MarkFailureLocked(Endpoint* endpoint, const absl::Status& status) {
-  // A failed server must answer GetDatasetInfo again before it gets work: a
-  // hung process then costs one probe per fetch thread, not one stall per
-  // range, and a restarted one is checked for the same data.
-  endpoint->verified = false;
-  ++endpoint->consecutive_failures;
-  endpoint->last_error = std::string(status.message());
-  absl::Duration backoff = options_.retry_backoff_min;
-  for (int i = 1; i < endpoint->consecutive_failures &&
-                  backoff < options_.retry_backoff_max;
-       ++i) {
-    backoff *= 2;
-  }
-  backoff = std::min(backoff, options_.retry_backoff_max);
-  endpoint->retry_at = absl::Now() + backoff;
-  ++stats_.stream_failures;
-  if (AllEndpointsFailingLocked() &&
-      all_failing_since_ == absl::InfiniteFuture()) {
-    all_failing_since_ = absl::Now();
   }
 }
 
 v1::StreamBatchesRequest Loader::MakeRequest(int64_t epoch,
-                                             Range range) const {
+                                             const Lease& lease) const {
   v1::StreamBatchesRequest request;
   v1::EpochPlanSpec* plan = request.mutable_plan();
   plan->set_dataset(options_.dataset);
@@ -347,8 +281,8 @@ v1::StreamBatchesRequest Loader::MakeRequest(int64_t epoch,
   plan->set_world_size(options_.world_size);
   plan->set_shuffle(options_.shuffle);
   plan->set_drop_last(options_.drop_last);
-  request.set_start_batch(range.begin);
-  request.set_end_batch(range.end);
+  request.set_start_batch(lease.begin);
+  request.set_end_batch(lease.end);
   request.set_bad_sample_policy(options_.fail_on_bad_sample
                                     ? v1::BAD_SAMPLE_POLICY_FAIL
                                     : v1::BAD_SAMPLE_POLICY_SKIP);
@@ -356,186 +290,173 @@ v1::StreamBatchesRequest Loader::MakeRequest(int64_t epoch,
   return request;
 }
 
-void Loader::FetchLoop(Endpoint* endpoint) {
+void Loader::FetchLoop(int endpoint) {
   while (true) {
-    Range range;
-    int64_t generation = 0;
-    bool verify = false;
+    std::optional<Lease> lease;
     {
       absl::MutexLock lock(&mu_);
       while (true) {
-        if (stopping_ || endpoint->retired || endpoint->refused) return;
-        const absl::Time now = absl::Now();
-        if (now < endpoint->retry_at) {
-          mu_.AwaitWithDeadline(absl::Condition(&stopping_),
-                                endpoint->retry_at);
+        const EndpointSet::Endpoint& e = endpoints_[endpoint];
+        if (stopping_ || !e.active()) return;
+        if (absl::Now() < e.retry_at) {
+          mu_.AwaitWithDeadline(absl::Condition(&stopping_), e.retry_at);
           continue;
         }
-        if (!endpoint->verified) {
-          verify = true;
-          break;
-        }
-        if (started_ && error_.ok() && TakeRangeLocked(&range)) {
-          generation = generation_;
-          break;
-        }
+        if (!e.verified) break;
+        if (error_.ok() && (lease = schedule_->Take())) break;
         // Woken by StartEpoch, Next() moving the window, returned ranges.
         work_cv_.WaitWithTimeout(&mu_, absl::Seconds(1));
       }
     }
-    if (verify) {
-      absl::StatusOr<v1::GetDatasetInfoResponse> info = FetchInfo(endpoint);
-      absl::MutexLock lock(&mu_);
-      if (!info.ok()) {
-        if (RefusesEndpoint(info.status().code())) {
-          endpoint->refused = true;
-          spdlog::error("refusing {}", info.status().ToString());
-        } else {
-          MarkFailureLocked(endpoint, info.status());
-        }
-      } else if (info->fingerprint() != fingerprint_) {
-        endpoint->refused = true;
-        endpoint->last_error = "fingerprint mismatch";
-        spdlog::error(
-            "refusing server {}: dataset '{}' has fingerprint {} there, {} "
-            "on the others",
-            endpoint->address, options_.dataset, info->fingerprint(),
-            fingerprint_);
-      } else {
-        endpoint->verified = true;
-        endpoint->consecutive_failures = 0;
-        all_failing_since_ = absl::InfiniteFuture();
-      }
+    if (!lease) {
+      Verify(endpoint);
       continue;
     }
-
     absl::Status status;
-    const int64_t first_missing = RunRange(endpoint, range, generation, &status);
+    const int64_t first_missing = RunRange(endpoint, *lease, &status);
     absl::MutexLock lock(&mu_);
-    // An abandoned epoch or a loader shutting down: not a server failure.
-    if (generation != generation_ || stopping_) continue;
-    std::string reissued;
-    if (first_missing < range.end) {
-      ReturnRangeLocked({first_missing, range.end});
-      stats_.reissued_batches += range.end - first_missing;
-      work_cv_.SignalAll();
-      if (status.ok()) {
-        status = absl::UnavailableError(absl::StrCat(
-            "stream ended at batch ", first_missing, " of [", range.begin,
-            ", ", range.end, ")"));
-      }
-      reissued = absl::StrCat(" (batches from ", first_missing,
-                              " go elsewhere)");
-    }
-    if (status.ok()) {
-      endpoint->consecutive_failures = 0;
-      all_failing_since_ = absl::InfiniteFuture();
-      continue;
-    }
-    // Also when every batch of the range arrived: a server that sends more
-    // than it was asked for, or ends without a summary, is misbehaving.
-    spdlog::warn("server {}: {}{}", endpoint->address, status.ToString(),
-                 reissued);
-    if (RefusesEndpoint(status.code())) {
-      endpoint->refused = true;
-      endpoint->last_error = std::string(status.message());
-      if (AllEndpointsFailingLocked() &&
-          all_failing_since_ == absl::InfiniteFuture()) {
-        all_failing_since_ = absl::Now();
-      }
-    } else if (Fatal(status.code())) {
-      if (error_.ok()) error_ = status;
-    } else {
-      MarkFailureLocked(endpoint, status);
-    }
+    FinishRangeLocked(endpoint, *lease, first_missing, std::move(status));
   }
 }
 
-int64_t Loader::RunRange(Endpoint* endpoint, Range range, int64_t generation,
-                         absl::Status* status) {
-  ActiveStream active;
-  active.endpoint = endpoint;
-  int64_t epoch;
+void Loader::Verify(int endpoint) {
+  std::string address;
+  v1::Stoker::Stub* stub;
   {
     absl::MutexLock lock(&mu_);
-    epoch = epoch_;
-    active.last_progress = absl::Now();
-    active_.insert(&active);
+    address = endpoints_[endpoint].address;
+    stub = connections_[endpoint]->stub.get();
   }
-  StreamReader reader(endpoint->channel.get(), &active.context,
-                      MakeRequest(epoch, range));
-  int64_t next = range.begin;
+  absl::StatusOr<v1::GetDatasetInfoResponse> info = FetchInfo(address, stub);
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  if (!info.ok()) {
+    if (RefusesEndpoint(info.status().code())) {
+      spdlog::error("refusing {}", info.status().ToString());
+      endpoints_.Refuse(endpoint, info.status().message(), now);
+    } else {
+      endpoints_.MarkFailure(endpoint, info.status().message(), now);
+      ++stats_.stream_failures;
+    }
+  } else if (info->fingerprint() != fingerprint_) {
+    spdlog::error(
+        "refusing server {}: dataset '{}' has fingerprint {} there, {} on "
+        "the others",
+        address, options_.dataset, info->fingerprint(), fingerprint_);
+    endpoints_.Refuse(endpoint, "fingerprint mismatch", now);
+  } else {
+    endpoints_.MarkVerified(endpoint);
+  }
+}
+
+void Loader::FinishRangeLocked(int endpoint, const Lease& lease,
+                               int64_t first_missing, absl::Status status) {
+  // An abandoned epoch or a loader shutting down: not a server failure.
+  const int64_t reissued = schedule_->Release(lease, first_missing);
+  if (stopping_ || lease.generation != schedule_->generation()) return;
+  std::string note;
+  if (first_missing < lease.end) {
+    stats_.reissued_batches += reissued;
+    work_cv_.SignalAll();
+    if (status.ok()) {
+      status = absl::UnavailableError(absl::StrCat(
+          "stream ended at batch ", first_missing, " of [", lease.begin, ", ",
+          lease.end, ")"));
+    }
+    note = absl::StrCat(" (batches from ", first_missing, " go elsewhere)");
+  }
+  if (status.ok()) {
+    endpoints_.MarkSucceeded(endpoint);
+    return;
+  }
+  // Also when every batch of the range arrived: a server that sends more
+  // than it was asked for, or ends without a summary, is misbehaving.
+  spdlog::warn("server {}: {}{}", endpoints_[endpoint].address,
+               status.ToString(), note);
+  if (RefusesEndpoint(status.code())) {
+    endpoints_.Refuse(endpoint, status.message(), absl::Now());
+  } else if (Fatal(status.code())) {
+    if (error_.ok()) error_ = status;
+  } else {
+    endpoints_.MarkFailure(endpoint, status.message(), absl::Now());
+    ++stats_.stream_failures;
+  }
+}
+
+int64_t Loader::RunRange(int endpoint, const Lease& lease,
+                         absl::Status* status) {
+  grpc::ClientContext context;
+  int64_t epoch;
+  std::string address;
+  grpc::Channel* channel;
+  {
+    absl::MutexLock lock(&mu_);
+    epoch = schedule_->position().epoch();
+    address = endpoints_[endpoint].address;
+    channel = connections_[endpoint]->channel.get();
+    active_[&context].last_progress = absl::Now();
+  }
+  StreamReader reader(channel, &context, MakeRequest(epoch, lease));
+  int64_t next = lease.begin;
   absl::Status local;  // our own decode/protocol errors
   while (reader.Read()) {
     {
       absl::MutexLock lock(&mu_);
-      active.last_progress = absl::Now();
-      active.blocked_on_allocator = true;
+      StreamState& state = active_.at(&context);
+      state.last_progress = absl::Now();
+      state.blocked_on_allocator = true;
     }
     absl::StatusOr<std::optional<HostBatch>> decoded = reader.Decode(allocator_);
-    {
-      absl::MutexLock lock(&mu_);
-      active.blocked_on_allocator = false;
-      active.last_progress = absl::Now();
-    }
+    absl::MutexLock lock(&mu_);
+    StreamState& state = active_.at(&context);
+    state.blocked_on_allocator = false;
+    state.last_progress = absl::Now();
+    if (!local.ok()) continue;  // drain until Read() returns false
     if (!decoded.ok()) {
       local = absl::Status(decoded.status().code(),
-                           absl::StrCat("from ", endpoint->address, ": ",
+                           absl::StrCat("from ", address, ": ",
                                         decoded.status().message()));
-      active.context.TryCancel();
-      continue;  // drain until Read() returns false
+      context.TryCancel();
+      continue;
     }
-    if (!decoded->has_value() || !local.ok()) continue;
+    if (!decoded->has_value()) continue;  // the summary
     HostBatch& batch = **decoded;
-    if (next >= range.end) {
-      local = absl::DataLossError(absl::StrCat(
-          "server ", endpoint->address, " sent batch ", batch.batch_index,
-          " past the end of the requested range [", range.begin, ", ",
-          range.end, ")"));
-      active.context.TryCancel();
+    absl::StatusOr<RangeSchedule::Arrival> arrival =
+        schedule_->Receive(lease, &next, batch.batch_index);
+    if (!arrival.ok()) {
+      local = absl::DataLossError(
+          absl::StrCat("server ", address, " ", arrival.status().message()));
+      context.TryCancel();
       continue;
     }
-    if (batch.batch_index != next) {
-      local = absl::DataLossError(absl::StrCat(
-          "server ", endpoint->address, " sent batch ", batch.batch_index,
-          " where ", next, " was expected"));
-      active.context.TryCancel();
-      continue;
+    if (*arrival == RangeSchedule::Arrival::kDuplicate) {
+      ++stats_.duplicate_batches_dropped;
+    } else if (*arrival == RangeSchedule::Arrival::kNew) {
+      batch.epoch = epoch;
+      batch.server = address;
+      ++stats_.batches_by_server[address];
+      stats_.server_read_ns += batch.server_timings.read_ns;
+      stats_.server_decode_ns += batch.server_timings.decode_ns;
+      stats_.server_transform_ns += batch.server_timings.transform_ns;
+      endpoints_.MarkSucceeded(endpoint);
+      ready_.emplace(batch.batch_index, std::move(batch));
     }
-    batch.epoch = epoch;
-    batch.server = endpoint->address;
-    {
-      absl::MutexLock lock(&mu_);
-      if (generation == generation_ && !received_[next]) {
-        received_[next] = true;
-        ++stats_.batches_by_server[endpoint->address];
-        stats_.server_read_ns += batch.server_timings.read_ns;
-        stats_.server_decode_ns += batch.server_timings.decode_ns;
-        stats_.server_transform_ns += batch.server_timings.transform_ns;
-        endpoint->consecutive_failures = 0;
-        all_failing_since_ = absl::InfiniteFuture();
-        ready_.emplace(next, std::move(batch));
-      } else if (generation == generation_) {
-        ++stats_.duplicate_batches_dropped;
-      }
-    }
-    ++next;
   }
   absl::Status finish = reader.Finish();
   absl::MutexLock lock(&mu_);
-  active_.erase(&active);
+  const bool stalled = active_.at(&context).stalled;
+  active_.erase(&context);
   if (!local.ok()) {
     // Not fatal: a malformed message says nothing about the data.
     *status = absl::UnavailableError(local.message());
-  } else if (active.stalled) {
+  } else if (stalled) {
     *status = absl::UnavailableError(
-        absl::StrCat("server ", endpoint->address, " sent nothing for ",
+        absl::StrCat("server ", address, " sent nothing for ",
                      absl::FormatDuration(options_.stall_timeout)));
   } else if (!finish.ok()) {
-    *status = absl::Status(finish.code(),
-                           absl::StrCat("server ", endpoint->address, ": ",
-                                        finish.message()));
-  } else if (!reader.has_summary() && next == range.end) {
+    *status = absl::Status(finish.code(), absl::StrCat("server ", address,
+                                                       ": ", finish.message()));
+  } else if (!reader.has_summary() && next == lease.end) {
     *status = absl::UnavailableError("stream ended without a summary");
   }
   return next;
@@ -552,27 +473,22 @@ void Loader::WatchdogLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick);
       if (stopping_) return;
       const absl::Time now = absl::Now();
-      for (ActiveStream* a : active_) {
-        if (!a->blocked_on_allocator && !a->stalled &&
-            now - a->last_progress > options_.stall_timeout) {
-          a->stalled = true;
+      for (auto& [context, state] : active_) {
+        if (!state.blocked_on_allocator && !state.stalled &&
+            now - state.last_progress > options_.stall_timeout) {
+          state.stalled = true;
           ++stats_.stalls;
-          a->context.TryCancel();
+          context->TryCancel();
         }
       }
-      const bool work_left = started_ && next_deliver_ < num_batches_;
+      const bool work_left = schedule_->started() && !schedule_->done();
       if (work_left && error_.ok() &&
-          now - all_failing_since_ > options_.unavailable_deadline) {
-        std::vector<std::string> errors;
-        for (const auto& e : endpoints_) {
-          errors.push_back(absl::StrCat(e->address, ": ",
-                                        e->last_error.empty() ? "no answer"
-                                                              : e->last_error));
-        }
+          now - endpoints_.all_failing_since() >
+              options_.unavailable_deadline) {
         error_ = absl::UnavailableError(absl::StrCat(
             "no Stoker server reachable for ",
             absl::FormatDuration(options_.unavailable_deadline), " (",
-            absl::StrJoin(errors, "; "), ")"));
+            endpoints_.Describe(), ")"));
         spdlog::error("{}", error_.ToString());
       }
     }
@@ -584,7 +500,13 @@ void Loader::WatchdogLoop() {
 }
 
 absl::Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
-  return StartAt(epoch, start_batch, {});
+  Cursor cursor;
+  cursor.epoch = epoch;
+  cursor.next_batch = start_batch;
+  absl::StatusOr<Position> position =
+      Position::FromCursor(cursor, num_batches_);
+  if (!position.ok()) return position.status();
+  return StartAt(*position);
 }
 
 absl::Status Loader::Resume(const Cursor& cursor) {
@@ -594,51 +516,22 @@ absl::Status Loader::Resume(const Cursor& cursor) {
         plan_id_, " (dataset, transform, batch size, seed, rank, world size, "
         "shuffle and drop_last must match)"));
   }
-  return StartAt(cursor.epoch, cursor.next_batch, cursor.delivered_after);
+  absl::StatusOr<Position> position =
+      Position::FromCursor(cursor, num_batches_);
+  if (!position.ok()) return position.status();
+  return StartAt(*position);
 }
 
-absl::Status Loader::StartAt(int64_t epoch, int64_t start_batch,
-                             const std::vector<int64_t>& delivered_after) {
-  if (epoch < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("epoch must be >= 0, got ", epoch));
-  }
-  if (start_batch < 0 || start_batch > num_batches_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("start batch ", start_batch, " is outside [0, ",
-                     num_batches_, "]"));
-  }
-  for (int64_t b : delivered_after) {
-    if (b < start_batch || b >= num_batches_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cursor lists batch ", b, " outside [", start_batch,
-                       ", ", num_batches_, ")"));
-    }
-  }
+absl::Status Loader::StartAt(const Position& position) {
   // All of the new epoch's state is set under one lock hold before any
   // fetch thread is woken: a thread that took a range before the batches
   // delivered past the cursor were marked would fetch them twice.
   absl::MutexLock lock(&mu_);
   if (cancelled_) return absl::CancelledError("loader was cancelled");
-  ++generation_;
-  for (ActiveStream* a : active_) a->context.TryCancel();
-  epoch_ = epoch;
-  next_deliver_ = start_batch;
-  delivered_after_ = std::set<int64_t>(delivered_after.begin(),
-                                       delivered_after.end());
-  received_.assign(num_batches_, false);
-  for (int64_t b : delivered_after_) received_[b] = true;
+  for (auto& [context, state] : active_) context->TryCancel();
+  schedule_->Start(position);
   ready_.clear();
-  pending_.clear();
-  int64_t begin = start_batch;
-  for (int64_t b : delivered_after_) {
-    ReturnRangeLocked({begin, b});
-    begin = b + 1;
-  }
-  ReturnRangeLocked({begin, num_batches_});
-  while (delivered_after_.erase(next_deliver_) > 0) ++next_deliver_;
   error_ = absl::OkStatus();
-  started_ = true;
   work_cv_.SignalAll();
   return absl::OkStatus();
 }
@@ -647,30 +540,24 @@ absl::StatusOr<HostBatch> Loader::Next() {
   const absl::Time start = absl::Now();
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return cancelled_ || !started_ || !error_.ok() ||
-           next_deliver_ >= num_batches_ ||
-           (options_.in_order ? ready_.count(next_deliver_) > 0
-                              : !ready_.empty());
+    return cancelled_ || !schedule_->started() || !error_.ok() ||
+           schedule_->done() || schedule_->HasDeliverable();
   };
   mu_.Await(absl::Condition(&ready));
   stats_.consumer_wait += absl::Now() - start;
   if (cancelled_) return absl::CancelledError("loader was cancelled");
-  if (!started_) {
+  if (!schedule_->started()) {
     return absl::FailedPreconditionError("call StartEpoch() before Next()");
   }
   if (!error_.ok()) return error_;
-  if (next_deliver_ >= num_batches_) {
-    return absl::OutOfRangeError(absl::StrCat("end of epoch ", epoch_));
+  const std::optional<int64_t> index = schedule_->DeliverNext();
+  if (!index) {
+    return absl::OutOfRangeError(
+        absl::StrCat("end of epoch ", schedule_->position().epoch()));
   }
-  auto it = options_.in_order ? ready_.find(next_deliver_) : ready_.begin();
+  auto it = ready_.find(*index);
   HostBatch batch = std::move(it->second);
   ready_.erase(it);
-  if (batch.batch_index == next_deliver_) {
-    ++next_deliver_;
-    while (delivered_after_.erase(next_deliver_) > 0) ++next_deliver_;
-  } else {
-    delivered_after_.insert(batch.batch_index);
-  }
   ++stats_.batches;
   stats_.samples += batch.n;
   stats_.pixel_bytes += batch.pixels.size();
@@ -683,18 +570,14 @@ void Loader::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
   stopping_ = true;
-  for (ActiveStream* a : active_) a->context.TryCancel();
+  for (auto& [context, state] : active_) context->TryCancel();
   work_cv_.SignalAll();
 }
 
 Cursor Loader::cursor() const {
   absl::MutexLock lock(&mu_);
-  Cursor c;
-  c.plan_id = plan_id_;
-  c.epoch = epoch_;
-  c.next_batch = next_deliver_;
-  c.delivered_after.assign(delivered_after_.begin(), delivered_after_.end());
-  return c;
+  if (!schedule_->started()) return Position(0, num_batches_).ToCursor(plan_id_);
+  return schedule_->position().ToCursor(plan_id_);
 }
 
 LoaderStats Loader::stats() const {

@@ -9,11 +9,16 @@
 // `batches_per_request`; fetch threads (streams_per_server per server) take
 // the lowest unassigned range inside the prefetch window [next undelivered
 // batch, + prefetch_batches), so faster servers take more ranges. A server
-// that fails, closes its stream early, returns an error or sends nothing for
-// `stall_timeout` is dropped for a back-off period and the unreceived rest of
-// its range goes back to the pool, from the first batch not yet received.
-// A batch index received twice (a slow server finishing after its range was
-// reissued) is dropped, so nothing is delivered twice.
+// that fails, closes its stream early, returns an error, sends a batch it
+// was not asked for or sends nothing for `stall_timeout` is dropped for a
+// back-off period and the unreceived rest of its range goes back to the
+// pool. A batch index received twice (a slow server finishing after its
+// range was reissued) is dropped, so nothing is delivered twice.
+//
+// The parts: RangeSchedule (client/range_schedule.h) decides which ranges
+// to fetch, which arrivals to keep and what to hand out; EndpointSet
+// (client/endpoint_set.h) tracks the servers' health, back-off and DNS
+// membership; this class owns the threads, the streams and the clock.
 //
 // Thread-safety: Next() and StartEpoch()/Resume() are for one consumer
 // thread; Cancel(), cursor() and stats() may be called from any thread.
@@ -35,14 +40,13 @@
 #include "absl/time/time.h"
 #include "client/batch_source.h"
 #include "client/cursor.h"
+#include "client/endpoint_set.h"
 #include "client/host_batch.h"
+#include "client/position.h"
+#include "client/range_schedule.h"
 #include "client/server_list.h"
+#include "proto/stoker.grpc.pb.h"
 #include "proto/stoker.pb.h"
-
-namespace grpc {
-class Channel;
-class ClientContext;
-}  // namespace grpc
 
 namespace stoker::client {
 
@@ -156,42 +160,50 @@ class Loader : public BatchSource {
   LoaderStats stats() const;
 
  private:
-  struct Endpoint;
-  struct ActiveStream;
-  struct Range {
-    int64_t begin;
-    int64_t end;
-    bool operator<(const Range& o) const { return begin < o.begin; }
+  // A server's channel; EndpointSet holds what is known of its health under
+  // the same id.
+  struct Connection {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Stoker::Stub> stub;
+  };
+  // A stream in flight, for the watchdog.
+  struct StreamState {
+    absl::Time last_progress;
+    // Waiting for pixel memory: the consumer's doing, not a stall.
+    bool blocked_on_allocator = false;
+    bool stalled = false;  // cancelled by the watchdog
   };
 
   explicit Loader(const LoaderOptions& options);
   absl::Status Init();
-  absl::StatusOr<v1::GetDatasetInfoResponse> FetchInfo(Endpoint* endpoint);
-  // `origin` is the --servers entry the address came from.
-  Endpoint* AddEndpointLocked(const std::string& address,
-                              const std::string& origin)
+  absl::StatusOr<v1::GetDatasetInfoResponse> FetchInfo(
+      const std::string& address, v1::Stoker::Stub* stub);
+  // Adds an endpoint and its connection; returns its id. `origin` is the
+  // --servers entry the address came from.
+  int AddEndpointLocked(const std::string& address, const std::string& origin)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartFetchersLocked(Endpoint* endpoint)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FetchLoop(Endpoint* endpoint);
+  // Opens the connection of the endpoint added last.
+  void ConnectLocked(int endpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartFetchersLocked(int endpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FetchLoop(int endpoint);
+  // Asks the endpoint for the dataset's fingerprint; verifies, refuses or
+  // fails it accordingly.
+  void Verify(int endpoint);
   void WatchdogLoop();
   void ResolveNow();
-  // Streams [range.begin, range.end) from `endpoint`. Returns the first
-  // batch not received (range.end when all were).
-  int64_t RunRange(Endpoint* endpoint, Range range, int64_t generation,
-                   absl::Status* status);
-  bool TakeRangeLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t WindowEndLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void ReturnRangeLocked(Range range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // StartEpoch and Resume: starts epoch `epoch` at `start_batch` with the
-  // batches in `delivered_after` (all in [start_batch, num_batches)) already
-  // delivered, atomically with respect to the fetch threads.
-  absl::Status StartAt(int64_t epoch, int64_t start_batch,
-                       const std::vector<int64_t>& delivered_after);
-  void MarkFailureLocked(Endpoint* endpoint, const absl::Status& status)
+  // Streams `lease` from `endpoint`. Returns the first batch of the lease
+  // not received (lease.end when all were) and the stream's error in
+  // `*status`.
+  int64_t RunRange(int endpoint, const Lease& lease, absl::Status* status);
+  // After RunRange: reissues what was not received, judges the endpoint.
+  void FinishRangeLocked(int endpoint, const Lease& lease,
+                         int64_t first_missing, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool AllEndpointsFailingLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  v1::StreamBatchesRequest MakeRequest(int64_t epoch, Range range) const;
+  // StartEpoch and Resume: starts at `position`, atomically with respect to
+  // the fetch threads.
+  absl::Status StartAt(const Position& position);
+  v1::StreamBatchesRequest MakeRequest(int64_t epoch,
+                                       const Lease& lease) const;
 
   absl::StatusOr<std::vector<std::string>> ResolveSpec(
       const ServerSpec& spec) const;
@@ -211,26 +223,17 @@ class Loader : public BatchSource {
   absl::CondVar work_cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::unique_ptr<Endpoint>> endpoints_ ABSL_GUARDED_BY(mu_);
+  EndpointSet endpoints_ ABSL_GUARDED_BY(mu_);
+  // Indexed by endpoint id; only ever appended to.
+  std::vector<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
-  std::set<ActiveStream*> active_ ABSL_GUARDED_BY(mu_);
+  std::map<grpc::ClientContext*, StreamState> active_ ABSL_GUARDED_BY(mu_);
 
-  // Epoch state. `generation_` changes with every StartEpoch so results of
-  // abandoned streams are recognised and dropped.
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  // Lowest batch not yet delivered.
-  int64_t next_deliver_ ABSL_GUARDED_BY(mu_) = 0;
-  // Batches >= next_deliver_ delivered already (arrival order only).
-  std::set<int64_t> delivered_after_ ABSL_GUARDED_BY(mu_);
-  // Batches received (delivered or waiting), for dropping duplicates.
-  std::vector<bool> received_ ABSL_GUARDED_BY(mu_);
-  std::set<Range> pending_ ABSL_GUARDED_BY(mu_);
+  // The epoch's plan of ranges, arrivals and deliveries (created by Init).
+  std::unique_ptr<RangeSchedule> schedule_ ABSL_GUARDED_BY(mu_);
+  // Received batches not handed out yet, by index.
   std::map<int64_t, HostBatch> ready_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  // Since when every server has been failing (InfiniteFuture if not).
-  absl::Time all_failing_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 
   LoaderStats stats_ ABSL_GUARDED_BY(mu_);
 };

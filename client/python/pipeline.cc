@@ -182,19 +182,9 @@ absl::Status Pipeline::Start(const Cursor& cursor) {
         " (dataset, transform, batch size, seed, rank, world size, shuffle "
         "and drop_last must match)"));
   }
-  if (cursor.epoch < 0 || cursor.next_batch < 0 ||
-      cursor.next_batch > num_batches_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot start at epoch ", cursor.epoch, ", batch ", cursor.next_batch,
-        ": the epoch must be >= 0 and the batch in [0, ", num_batches_, "]"));
-  }
-  for (int64_t b : cursor.delivered_after) {
-    if (b < cursor.next_batch || b >= num_batches_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cursor lists batch ", b, " outside [", cursor.next_batch, ", ",
-          num_batches_, ")"));
-    }
-  }
+  absl::StatusOr<Position> position =
+      Position::FromCursor(cursor, num_batches_);
+  if (!position.ok()) return position.status();
   absl::MutexLock consumer(&consumer_mu_);
   Phase phase;
   {
@@ -223,11 +213,7 @@ absl::Status Pipeline::Start(const Cursor& cursor) {
       return s;
     }
   }
-  epoch_ = cursor.epoch;
-  next_batch_ = cursor.next_batch;
-  delivered_after_ = std::set<int64_t>(cursor.delivered_after.begin(),
-                                       cursor.delivered_after.end());
-  while (delivered_after_.erase(next_batch_) > 0) ++next_batch_;
+  position_ = *std::move(position);
   phase_ = Phase::kRunning;
   return absl::OkStatus();
 }
@@ -243,7 +229,8 @@ absl::StatusOr<std::optional<DeviceBatch>> Pipeline::Next(
       return absl::FailedPreconditionError(
           "the epoch was abandoned or failed; call Start() again");
     case Phase::kEnded:
-      return absl::OutOfRangeError(absl::StrCat("end of epoch ", epoch_));
+      return absl::OutOfRangeError(
+          absl::StrCat("end of epoch ", position_.epoch()));
     case Phase::kRunning:
       break;
   }
@@ -268,12 +255,12 @@ absl::StatusOr<std::optional<DeviceBatch>> Pipeline::Next(
     }
     return batch.status();
   }
-  const int64_t index = batch->batch_index();
-  if (index == next_batch_) {
-    ++next_batch_;
-    while (delivered_after_.erase(next_batch_) > 0) ++next_batch_;
-  } else {
-    delivered_after_.insert(index);
+  if (absl::Status s = position_.MarkDelivered(batch->batch_index());
+      !s.ok()) {
+    // The loaders hand each batch of the epoch out once; anything else is
+    // a defect, never passed on.
+    phase_ = Phase::kBroken;
+    return absl::InternalError(s.message());
   }
   ++batches_;
   samples_ += batch->size();
@@ -288,13 +275,7 @@ void Pipeline::Abandon() {
 
 Cursor Pipeline::cursor() const {
   absl::MutexLock lock(&mu_);
-  Cursor cursor;
-  cursor.plan_id = plan_id_;
-  cursor.epoch = epoch_;
-  cursor.next_batch = next_batch_;
-  cursor.delivered_after.assign(delivered_after_.begin(),
-                                delivered_after_.end());
-  return cursor;
+  return position_.ToCursor(plan_id_);
 }
 
 PipelineStats Pipeline::stats() const {

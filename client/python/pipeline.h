@@ -44,6 +44,7 @@
 #include "client/cursor.h"
 #include "client/device_loader.h"
 #include "client/loader.h"
+#include "client/position.h"
 
 namespace stoker::client::python {
 
@@ -165,9 +166,7 @@ class Pipeline {
   std::thread waiter_;
 
   // The consumer's position (see cursor()).
-  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t next_batch_ ABSL_GUARDED_BY(mu_) = 0;
-  std::set<int64_t> delivered_after_ ABSL_GUARDED_BY(mu_);
+  Position position_ ABSL_GUARDED_BY(mu_){0, 0};
 
   // Stats of the loaders already torn down, and the consumer's counters.
   LoaderStats retired_ ABSL_GUARDED_BY(mu_);
