@@ -89,14 +89,15 @@ class PremadeSource : public BatchSource {
   }
 
   absl::StatusOr<HostBatch> Next() override {
+    int64_t index;
     {
       absl::MutexLock lock(&mu_);
       if (cancelled_) return absl::CancelledError("cancelled");
       if (produced_ == count_) return absl::OutOfRangeError("done");
-      ++produced_;
+      index = produced_++;
     }
     HostBatch b;
-    b.batch_index = produced_ - 1;
+    b.batch_index = index;
     b.n = static_cast<int>(shape_.n);
     b.height = static_cast<int>(shape_.height);
     b.width = static_cast<int>(shape_.width);

@@ -101,7 +101,9 @@ class OutputPool {
   absl::StatusOr<int> Acquire() {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
-        +[](OutputPool* p) { return p->stopped_ || !p->free_.empty(); },
+        +[](OutputPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+          return p->stopped_ || !p->free_.empty();
+        },
         this));
     if (stopped_) return absl::CancelledError("device loader stopped");
     // The slot released longest ago: its consumer's work is the most likely

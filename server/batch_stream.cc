@@ -34,7 +34,6 @@ struct BatchStream::Pending {
   int64_t scheduled_ns = 0;
   int64_t done_ns = 0;
   std::vector<v1::SkippedSample> skipped;
-  bool complete = false;  // guarded by the stream's mu_
 };
 
 std::shared_ptr<BatchStream> BatchStream::Start(
@@ -175,7 +174,7 @@ void BatchStream::FinishBatch(Pending* batch) {
   batch->skipped = std::move(skipped);
   {
     absl::MutexLock lock(&mu_);
-    batch->complete = true;
+    complete_.insert(batch);
     if (!fatal.ok() && error_.ok()) error_ = fatal;
     summary_.set_skipped_samples(summary_.skipped_samples() +
                                  batch->skipped.size());
@@ -206,7 +205,7 @@ BatchStream::Polled BatchStream::Poll() {
     return polled;
   }
   if (!inflight_.empty()) {
-    if (!inflight_.front()->complete) return polled;
+    if (complete_.erase(inflight_.front().get()) == 0) return polled;
     std::unique_ptr<Pending> batch = std::move(inflight_.front());
     inflight_.pop_front();
     v1::Batch& header = polled.batch.header;

@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -132,6 +133,9 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   absl::Mutex mu_;
   std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);
   std::deque<std::unique_ptr<Pending>> inflight_ ABSL_GUARDED_BY(mu_);
+  // The in-flight batches whose samples are all done (their fields are then
+  // the stream's to read).
+  std::set<const Pending*> complete_ ABSL_GUARDED_BY(mu_);
   int64_t next_to_schedule_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;

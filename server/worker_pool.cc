@@ -5,32 +5,19 @@
 
 namespace stoker::server {
 
-TaskQueue::~TaskQueue() { Close(); }
+// Dropped tasks may own resources whose destructors take other locks: they
+// are destroyed here, outside the scheduler lock.
 
-void TaskQueue::Push(Task task) {
-  absl::MutexLock lock(&pool_->mu_);
-  if (closed_ || pool_->stopping_) return;
-  tasks_.push_back(std::move(task));
-  if (!in_ring_) {
-    in_ring_ = true;
-    pool_->ring_.push_back(this);
-  }
+TaskQueue::~TaskQueue() {
+  std::deque<Task> dropped;
+  pool_->Forget(this, &dropped);
 }
+
+void TaskQueue::Push(Task task) { pool_->Push(this, std::move(task)); }
 
 void TaskQueue::Close() {
   std::deque<Task> dropped;
-  {
-    absl::MutexLock lock(&pool_->mu_);
-    closed_ = true;
-    dropped.swap(tasks_);
-    if (in_ring_) {
-      auto& ring = pool_->ring_;
-      ring.erase(std::remove(ring.begin(), ring.end(), this), ring.end());
-      in_ring_ = false;
-    }
-  }
-  // Tasks may own resources whose destructors take other locks: destroy
-  // them outside the scheduler lock.
+  pool_->Close(this, &dropped);
 }
 
 WorkerPool::WorkerPool(int num_threads, const ContextFactory& factory) {
@@ -44,7 +31,45 @@ WorkerPool::WorkerPool(int num_threads, const ContextFactory& factory) {
 WorkerPool::~WorkerPool() { Stop(); }
 
 std::unique_ptr<TaskQueue> WorkerPool::NewQueue() {
-  return std::unique_ptr<TaskQueue>(new TaskQueue(this));
+  std::unique_ptr<TaskQueue> queue(new TaskQueue(this));
+  absl::MutexLock lock(&mu_);
+  queues_[queue.get()].closed = stopping_;
+  return queue;
+}
+
+void WorkerPool::Push(const TaskQueue* queue, TaskQueue::Task task) {
+  absl::MutexLock lock(&mu_);
+  QueueState& state = queues_.at(queue);
+  if (state.closed || stopping_) return;
+  state.tasks.push_back(std::move(task));
+  if (!state.in_ring) {
+    state.in_ring = true;
+    ring_.push_back(queue);
+  }
+}
+
+void WorkerPool::CloseLocked(QueueState& state, const TaskQueue* queue,
+                             std::deque<TaskQueue::Task>* dropped) {
+  state.closed = true;
+  for (auto& t : state.tasks) dropped->push_back(std::move(t));
+  state.tasks.clear();
+  if (state.in_ring) {
+    ring_.erase(std::remove(ring_.begin(), ring_.end(), queue), ring_.end());
+    state.in_ring = false;
+  }
+}
+
+void WorkerPool::Close(const TaskQueue* queue,
+                       std::deque<TaskQueue::Task>* dropped) {
+  absl::MutexLock lock(&mu_);
+  CloseLocked(queues_.at(queue), queue, dropped);
+}
+
+void WorkerPool::Forget(const TaskQueue* queue,
+                        std::deque<TaskQueue::Task>* dropped) {
+  absl::MutexLock lock(&mu_);
+  CloseLocked(queues_.at(queue), queue, dropped);
+  queues_.erase(queue);
 }
 
 void WorkerPool::Stop() {
@@ -53,10 +78,10 @@ void WorkerPool::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
-    for (TaskQueue* q : ring_) {
-      for (auto& t : q->tasks_) dropped.push_back(std::move(t));
-      q->tasks_.clear();
-      q->in_ring_ = false;
+    for (auto& [queue, state] : queues_) {
+      for (auto& t : state.tasks) dropped.push_back(std::move(t));
+      state.tasks.clear();
+      state.in_ring = false;
     }
     ring_.clear();
   }
@@ -73,14 +98,15 @@ void WorkerPool::WorkerLoop(WorkerContext* context) {
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      TaskQueue* q = ring_.front();
+      const TaskQueue* queue = ring_.front();
       ring_.pop_front();
-      task = std::move(q->tasks_.front());
-      q->tasks_.pop_front();
-      if (q->tasks_.empty()) {
-        q->in_ring_ = false;
+      QueueState& state = queues_.at(queue);
+      task = std::move(state.tasks.front());
+      state.tasks.pop_front();
+      if (state.tasks.empty()) {
+        state.in_ring = false;
       } else {
-        ring_.push_back(q);
+        ring_.push_back(queue);
       }
     }
     task(context);

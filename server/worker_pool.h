@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -43,11 +44,9 @@ class TaskQueue {
   friend class WorkerPool;
   explicit TaskQueue(WorkerPool* pool) : pool_(pool) {}
 
+  // Its tasks and state live in the pool, under the pool's lock (one lock
+  // domain for the whole scheduler).
   WorkerPool* const pool_;
-  // Guarded by pool_->mu_ (one lock domain for the whole scheduler).
-  std::deque<Task> tasks_;
-  bool closed_ = false;
-  bool in_ring_ = false;
 };
 
 class WorkerPool {
@@ -73,11 +72,26 @@ class WorkerPool {
 
  private:
   friend class TaskQueue;
+  struct QueueState {
+    std::deque<TaskQueue::Task> tasks;
+    bool closed = false;
+    bool in_ring = false;  // listed in ring_
+  };
   void WorkerLoop(WorkerContext* context);
+  // TaskQueue's calls. Close moves the dropped tasks to *dropped, for the
+  // caller to destroy outside the lock; Forget also closes.
+  void Push(const TaskQueue* queue, TaskQueue::Task task);
+  void Close(const TaskQueue* queue, std::deque<TaskQueue::Task>* dropped);
+  void Forget(const TaskQueue* queue, std::deque<TaskQueue::Task>* dropped);
+  void CloseLocked(QueueState& state, const TaskQueue* queue,
+                   std::deque<TaskQueue::Task>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
+  // Every queue's state, by queue.
+  std::unordered_map<const TaskQueue*, QueueState> queues_ ABSL_GUARDED_BY(mu_);
   // Queues with pending tasks, in round-robin order.
-  std::deque<TaskQueue*> ring_ ABSL_GUARDED_BY(mu_);
+  std::deque<const TaskQueue*> ring_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   std::vector<std::unique_ptr<WorkerContext>> contexts_;

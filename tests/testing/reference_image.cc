@@ -114,7 +114,7 @@ int MaxAbsDiff(const uint8_t* a, const uint8_t* b, size_t size) {
 double Psnr(const uint8_t* a, const uint8_t* b, size_t size) {
   double se = 0;
   for (size_t i = 0; i < size; ++i) {
-    double d = double{a[i]} - double{b[i]};
+    double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
     se += d * d;
   }
   if (se == 0) return 99.0;
