@@ -15,8 +15,19 @@
 //
 // Decoding nothing and transforming nothing, this is the upper bound the
 // wire puts on a Stoker client: compare it with raw TCP (iperf3).
+//
+// Split mode measures the training host's cost, the client's CPU per image,
+// apart from the server's: `--serve_port=P` only serves (until SIGTERM or
+// SIGINT), `--connect=HOST:P` only receives and also prints
+// "client_cpu_ms_per_image=<C> user=<U> sys=<S>" (its own process CPU time,
+// getrusage, over the timed streams, per image received). A --serve_port
+// process also answers GetDatasetInfo, so stoker_fetch --batch_size=<--batch>
+// can stream from it: the whole client's CPU per image on cached batches.
+
+#include <sys/resource.h>
 
 #include <atomic>
+#include <csignal>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -56,6 +67,16 @@ ABSL_FLAG(int, size, 224, "Image height and width in pixels.");
 ABSL_FLAG(int, batches_per_stream, 16, "Batches sent per StreamBatches call.");
 ABSL_FLAG(int, streams, 1, "Concurrent streams (one client thread each).");
 ABSL_FLAG(double, min_seconds, 3.0, "Measure for at least this long.");
+ABSL_FLAG(int, serve_port, -1,
+          "Split mode: only serve, on 127.0.0.1:<port> (0 picks one; the "
+          "port is printed as 'listening on port <P>'), until SIGTERM or SIGINT.");
+ABSL_FLAG(int64_t, batches_per_epoch, 64,
+          "Split mode's dataset for stoker_fetch: GetDatasetInfo reports "
+          "this many batches of --batch samples (stoker_fetch's --batch_size "
+          "must equal --batch).");
+ABSL_FLAG(std::string, connect, "",
+          "Split mode: only receive, from this host:port (a --serve_port "
+          "process), and print the client's CPU per image.");
 ABSL_FLAG(std::vector<std::string>, grpc_args, {},
           "Extra integer gRPC channel arguments NAME=VALUE, comma-separated, "
           "set on both the server and the client (for tuning experiments, "
@@ -94,11 +115,12 @@ CachedBatch MakeCachedBatch(int n, int size) {
   return batch;
 }
 
-// One stream: `count` batches, one write in flight, then a summary.
+// One stream: batches [begin, end) (the cached pixels under each index),
+// one write in flight, then a summary.
 class Reactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  Reactor(const CachedBatch* batch, int64_t count)
-      : batch_(batch), count_(count) {
+  Reactor(const CachedBatch* batch, int64_t begin, int64_t end)
+      : batch_(batch), count_(end - begin), first_(begin) {
     Next();
   }
 
@@ -124,7 +146,7 @@ class Reactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return;
     }
     v1::Batch header = batch_->header;
-    header.set_batch_index(sent_++);
+    header.set_batch_index(first_ + sent_++);
     // The pixel slice borrows the cached buffer, which outlives the server,
     // so its destroy function has nothing to free.
     grpc::Slice slices[2] = {
@@ -138,15 +160,34 @@ class Reactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   const CachedBatch* const batch_;
   const int64_t count_;
+  const int64_t first_;
   int64_t sent_ = 0;
   grpc::ByteBuffer buffer_;
 };
 
+// StreamBatches as above, and GetDatasetInfo describing a dataset of
+// `batches_per_epoch` cached batches, so stoker_fetch (the whole client) can
+// stream from it too.
 class BenchService final
-    : public v1::Stoker::WithRawCallbackMethod_StreamBatches<
-          v1::Stoker::Service> {
+    : public v1::Stoker::WithCallbackMethod_GetDatasetInfo<
+          v1::Stoker::WithRawCallbackMethod_StreamBatches<
+              v1::Stoker::Service>> {
  public:
-  explicit BenchService(const CachedBatch* batch) : batch_(batch) {}
+  BenchService(const CachedBatch* batch, int64_t batches_per_epoch)
+      : batch_(batch), batches_per_epoch_(batches_per_epoch) {}
+
+  grpc::ServerUnaryReactor* GetDatasetInfo(
+      grpc::CallbackServerContext* context,
+      const v1::GetDatasetInfoRequest* request,
+      v1::GetDatasetInfoResponse* response) override {
+    response->set_dataset(request->dataset());
+    response->set_sample_count(batches_per_epoch_ * batch_->header.shape(0));
+    response->set_shard_count(1);
+    response->set_fingerprint("cached-batch");
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamBatches(
       grpc::CallbackServerContext* context,
@@ -160,11 +201,14 @@ class BenchService final
     }
     v1::StreamBatchesRequest request;
     request.ParseFromString(bytes);
-    return new Reactor(batch_, std::max<int64_t>(1, request.end_batch()));
+    return new Reactor(batch_, request.start_batch(),
+                       std::max(request.start_batch() + 1,
+                                request.end_batch()));
   }
 
  private:
   const CachedBatch* const batch_;
+  const int64_t batches_per_epoch_;
 };
 
 // Hands out the same preallocated block for every batch.
@@ -222,6 +266,87 @@ absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseGrpcArgs(
   return parsed;
 }
 
+// The process's user and system CPU seconds so far.
+std::pair<double, double> CpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
+}
+
+std::unique_ptr<grpc::Server> StartServer(
+    BenchService* service, const std::string& address,
+    const std::vector<std::pair<std::string, int>>& grpc_args, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(service);
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  builder.SetMaxSendMessageSize(INT_MAX);
+  for (const auto& [name, value] : grpc_args) {
+    builder.AddChannelArgument(name, value);
+  }
+  return builder.BuildAndStart();
+}
+
+// Receives for `min_seconds` over `streams` concurrent streams from
+// `address` and prints the figures. Returns the exit code.
+int RunClient(const std::string& address,
+              const std::vector<std::pair<std::string, int>>& grpc_args,
+              size_t batch_bytes, int images_per_batch, int per_stream,
+              int streams, double min_seconds, bool report_cpu) {
+  // The real client's settings, plus any --grpc_args on top.
+  grpc::ChannelArguments args = stoker::client::StokerChannelArguments(1 << 30);
+  for (const auto& [name, value] : grpc_args) args.SetInt(name, value);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args);
+
+  // One short untimed stream sets up the connection and warms the buffers.
+  std::atomic<int64_t> bytes{0};
+  if (absl::Status s = ClientLoop(channel.get(), 2, batch_bytes, absl::Now(),
+                                  &bytes);
+      !s.ok()) {
+    std::fprintf(stderr, "transport_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  bytes = 0;
+
+  const auto [user_before, sys_before] = CpuSeconds();
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + absl::Seconds(min_seconds);
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(streams);
+  for (int i = 0; i < streams; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = ClientLoop(channel.get(), per_stream, batch_bytes,
+                              deadline, &bytes);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const auto [user_after, sys_after] = CpuSeconds();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "transport_bench: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  std::printf("batch_bytes=%zu bytes=%lld seconds=%.3f streams=%d\n",
+              batch_bytes, static_cast<long long>(bytes.load()), seconds,
+              streams);
+  if (report_cpu) {
+    const double images = static_cast<double>(bytes.load()) / batch_bytes *
+                          images_per_batch;
+    const double user = user_after - user_before;
+    const double sys = sys_after - sys_before;
+    std::printf("client_cpu_ms_per_image=%.4f user=%.4f sys=%.4f "
+                "images=%.0f\n",
+                (user + sys) * 1e3 / images, user * 1e3 / images,
+                sys * 1e3 / images, images);
+  }
+  std::printf("grpc_gbytes_per_s=%.3f\n", bytes.load() / seconds / 1e9);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -229,16 +354,26 @@ int main(int argc, char** argv) {
   stoker::common::TuneMallocForLargeBuffers();
   stoker::common::SetUsage(
       "gRPC transport throughput with Stoker's zero-copy batch encoding, "
-      "in one process over 127.0.0.1.");
+      "in one process over 127.0.0.1, or split into a serving and a "
+      "receiving process (--serve_port, --connect) to measure the client's "
+      "CPU per image.");
   absl::ParseCommandLine(argc, argv);
   const int n = absl::GetFlag(FLAGS_batch);
   const int size = absl::GetFlag(FLAGS_size);
   const int per_stream = absl::GetFlag(FLAGS_batches_per_stream);
   const int streams = absl::GetFlag(FLAGS_streams);
   const double min_seconds = absl::GetFlag(FLAGS_min_seconds);
+  const int serve_port = absl::GetFlag(FLAGS_serve_port);
+  const std::string connect = absl::GetFlag(FLAGS_connect);
   if (n < 1 || size < 1 || per_stream < 1 || streams < 1 ||
       !(min_seconds > 0)) {
     std::fprintf(stderr, "transport_bench: every flag must be positive\n");
+    return 2;
+  }
+  if (serve_port >= 0 && !connect.empty()) {
+    std::fprintf(stderr,
+                 "transport_bench: --serve_port and --connect exclude each "
+                 "other (run two processes)\n");
     return 2;
   }
 
@@ -249,64 +384,41 @@ int main(int argc, char** argv) {
                  std::string(grpc_args.status().message()).c_str());
     return 2;
   }
+  const size_t batch_bytes = static_cast<size_t>(n) * size * size * 3;
+
+  if (!connect.empty()) {
+    return RunClient(connect, *grpc_args, batch_bytes, n, per_stream, streams,
+                     min_seconds, /*report_cpu=*/true);
+  }
 
   const CachedBatch batch = MakeCachedBatch(n, size);
-  BenchService service(&batch);
-  grpc::ServerBuilder builder;
+  BenchService service(&batch, absl::GetFlag(FLAGS_batches_per_epoch));
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(4 << 20);
-  builder.SetMaxSendMessageSize(INT_MAX);
-  for (const auto& [name, value] : *grpc_args) {
-    builder.AddChannelArgument(name, value);
-  }
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  const bool serve_only = serve_port >= 0;
+  std::unique_ptr<grpc::Server> server = StartServer(
+      &service,
+      absl::StrCat("127.0.0.1:", serve_only ? serve_port : 0), *grpc_args,
+      &port);
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "transport_bench: cannot listen on 127.0.0.1\n");
     return 1;
   }
-
-  // The real client's settings, plus any --grpc_args on top.
-  grpc::ChannelArguments args = stoker::client::StokerChannelArguments(1 << 30);
-  for (const auto& [name, value] : *grpc_args) args.SetInt(name, value);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
-      args);
-
-  // One short untimed stream sets up the connection and warms the buffers.
-  std::atomic<int64_t> bytes{0};
-  if (absl::Status s = ClientLoop(channel.get(), 2, batch.pixels.size(),
-                                  absl::Now(), &bytes);
-      !s.ok()) {
-    std::fprintf(stderr, "transport_bench: %s\n", s.ToString().c_str());
-    return 1;
+  if (serve_only) {
+    std::printf("listening on port %d\n", port);
+    std::fflush(stdout);
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    int signal = 0;
+    sigwait(&signals, &signal);
+    server->Shutdown();
+    return 0;
   }
-  bytes = 0;
-
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + absl::Seconds(min_seconds);
-  std::vector<std::thread> threads;
-  std::vector<absl::Status> results(streams);
-  for (int i = 0; i < streams; ++i) {
-    threads.emplace_back([&, i] {
-      results[i] = ClientLoop(channel.get(), per_stream, batch.pixels.size(),
-                              deadline, &bytes);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const int code =
+      RunClient(absl::StrCat("127.0.0.1:", port), *grpc_args, batch_bytes, n,
+                per_stream, streams, min_seconds, /*report_cpu=*/false);
   server->Shutdown();
-  for (const absl::Status& s : results) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "transport_bench: %s\n", s.ToString().c_str());
-      return 1;
-    }
-  }
-  std::printf("batch_bytes=%zu bytes=%lld seconds=%.3f streams=%d\n",
-              batch.pixels.size(), static_cast<long long>(bytes.load()),
-              seconds, streams);
-  std::printf("grpc_gbytes_per_s=%.3f\n", bytes.load() / seconds / 1e9);
-  return 0;
+  return code;
 }

@@ -96,8 +96,9 @@ struct LoaderOptions {
   // Largest message accepted from a server. Default 1 GiB.
   int max_message_bytes = 1 << 30;
   // Where pixels are received; not owned, must outlive the loader. Null:
-  // plain heap memory. A bounded pool needs at least prefetch_batches slots
-  // plus the batches the consumer holds, or fetching waits for the consumer.
+  // the loader's own HeapPixelAllocator (which reuses released buffers). A
+  // bounded pool needs at least prefetch_batches slots plus the batches the
+  // consumer holds, or fetching waits for the consumer.
   PixelAllocator* allocator = nullptr;
   // Turns a server spec into addresses. Null: client::Resolve (DNS). Tests
   // substitute their own to simulate servers joining and leaving.
