@@ -107,6 +107,64 @@ class OverrunService final : public v1::Stoker::Service {
   std::atomic<int> overruns_{0};
 };
 
+// Forwards to a real server, but holds the first stream it is asked for
+// until `needed` proxies sharing its Gate all have a stream open: a run
+// through such proxies has provably used that many servers, whatever the
+// thread scheduling. A synchronous service (its own threads), so that
+// waiting may block.
+class GatedProxy final : public v1::Stoker::Service {
+ public:
+  struct Gate {
+    explicit Gate(int needed) : needed(needed) {}
+    const int needed;
+    absl::Mutex mu;
+    std::set<const GatedProxy*> arrived ABSL_GUARDED_BY(mu);
+  };
+
+  GatedProxy(const std::string& real_address, Gate* gate)
+      : stub_(v1::Stoker::NewStub(grpc::CreateChannel(
+            real_address, grpc::InsecureChannelCredentials()))),
+        gate_(gate) {}
+
+  grpc::Status GetDatasetInfo(grpc::ServerContext*,
+                              const v1::GetDatasetInfoRequest* request,
+                              v1::GetDatasetInfoResponse* response) override {
+    grpc::ClientContext forward;
+    return stub_->GetDatasetInfo(&forward, *request, response);
+  }
+
+  grpc::Status StreamBatches(
+      grpc::ServerContext* context, const v1::StreamBatchesRequest* request,
+      grpc::ServerWriter<v1::StreamBatchesResponse>* writer) override {
+    {
+      absl::MutexLock lock(&gate_->mu);
+      gate_->arrived.insert(this);
+      auto open = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_->mu) {
+        return static_cast<int>(gate_->arrived.size()) >= gate_->needed;
+      };
+      // The deadline only ends a run whose loader never spreads its work;
+      // the test then fails on the spread it checks.
+      gate_->mu.AwaitWithTimeout(absl::Condition(&open), absl::Seconds(20));
+    }
+    if (context->IsCancelled()) return grpc::Status::CANCELLED;
+    grpc::ClientContext forward;
+    auto reader = stub_->StreamBatches(&forward, *request);
+    v1::StreamBatchesResponse message;
+    while (reader->Read(&message)) {
+      if (!writer->Write(message)) {
+        forward.TryCancel();
+        reader->Finish();
+        return grpc::Status::CANCELLED;
+      }
+    }
+    return reader->Finish();
+  }
+
+ private:
+  std::unique_ptr<v1::Stoker::Stub> stub_;
+  Gate* const gate_;
+};
+
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -165,8 +223,24 @@ class ClusterTest : public ::testing::Test {
 TEST_F(ClusterTest, OneAndThreeServersGiveTheSameChecksum) {
   const std::string single = SingleServerDigest();
   auto three = Start(3);
-  auto loader =
-      client::Loader::Create(TestLoaderOptions(three->specs(), kDataset, 3));
+  // One stream per server and a window of two ranges: the two ranges
+  // open at the start are held by two different servers, which the gate
+  // makes sure of before any batch flows.
+  GatedProxy::Gate gate(/*needed=*/2);
+  std::vector<std::unique_ptr<GatedProxy>> proxies;
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<client::ServerSpec> specs;
+  for (int i = 0; i < 3; ++i) {
+    proxies.push_back(std::make_unique<GatedProxy>(three->address(i), &gate));
+    client::ServerSpec spec;
+    servers.push_back(StartFake(proxies.back().get(), &spec));
+    ASSERT_NE(servers.back(), nullptr);
+    specs.push_back(spec);
+  }
+  client::LoaderOptions options = TestLoaderOptions(specs, kDataset, 3);
+  options.streams_per_server = 1;
+  ASSERT_EQ(options.prefetch_batches / options.batches_per_request, 2);
+  auto loader = client::Loader::Create(options);
   ASSERT_TRUE(loader.ok()) << loader.status();
   auto batches = ReadEpoch(**loader, 0);
   ASSERT_TRUE(batches.ok()) << batches.status();
@@ -174,6 +248,7 @@ TEST_F(ClusterTest, OneAndThreeServersGiveTheSameChecksum) {
   ExpectEachSampleOnce(*batches, 48);
   // Work was spread: more than one server delivered batches.
   EXPECT_GT((*loader)->stats().batches_by_server.size(), 1u);
+  for (auto& server : servers) server->Shutdown();
 }
 
 TEST_F(ClusterTest, KillingOneOfThreeMidEpochStillDeliversEverySampleOnce) {
