@@ -19,25 +19,27 @@ int EndpointSet::Add(const std::string& address, const std::string& origin) {
   return size() - 1;
 }
 
-std::vector<int> EndpointSet::UpdateOrigin(
+EndpointSet::Membership EndpointSet::UpdateOrigin(
     const std::string& origin, const std::vector<std::string>& addresses,
     absl::Time now) {
-  for (Endpoint& e : endpoints_) {
+  Membership changes;
+  for (int id = 0; id < size(); ++id) {
+    Endpoint& e = endpoints_[id];
     if (e.origin != origin || e.retired) continue;
     if (std::find(addresses.begin(), addresses.end(), e.address) ==
         addresses.end()) {
       e.retired = true;
+      changes.left.push_back(id);
     }
   }
-  std::vector<int> added;
   for (const std::string& address : addresses) {
     const bool known = std::any_of(
         endpoints_.begin(), endpoints_.end(),
         [&](const Endpoint& e) { return e.address == address && !e.retired; });
-    if (!known) added.push_back(Add(address, origin));
+    if (!known) changes.joined.push_back(Add(address, origin));
   }
   Update(now);
-  return added;
+  return changes;
 }
 
 void EndpointSet::MarkFailure(int id, absl::string_view error,

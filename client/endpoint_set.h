@@ -46,12 +46,16 @@ class EndpointSet {
   int size() const { return static_cast<int>(endpoints_.size()); }
   const Endpoint& operator[](int id) const { return endpoints_[id]; }
 
+  // What UpdateOrigin changed, as endpoint ids.
+  struct Membership {
+    std::vector<int> joined;
+    std::vector<int> left;
+  };
   // `origin` resolves to `addresses` now: its active endpoints missing from
   // them retire, and the addresses it had no active endpoint for are added.
-  // Returns the ids added.
-  std::vector<int> UpdateOrigin(const std::string& origin,
-                                const std::vector<std::string>& addresses,
-                                absl::Time now);
+  Membership UpdateOrigin(const std::string& origin,
+                          const std::vector<std::string>& addresses,
+                          absl::Time now);
 
   // The endpoint failed (an error, a stall, a bad stream, no answer): it
   // backs off and must be verified again before it gets work, so a hung

@@ -3,12 +3,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <map>
 #include <algorithm>
-
-#include "absl/strings/str_cat.h"
+#include <map>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace stoker::client {
@@ -22,6 +21,15 @@ namespace {
 size_t RoundToPage(size_t size) {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return (std::max<size_t>(size, 1) + page - 1) / page * page;
+}
+
+// `capacity` bytes (a multiple of the page size), or nullptr.
+uint8_t* MapBlock(size_t capacity) {
+  void* p = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  madvise(p, capacity, MADV_HUGEPAGE);  // advisory
+  return static_cast<uint8_t*>(p);
 }
 
 void UnmapBlock(uint8_t* data, size_t capacity) { munmap(data, capacity); }
@@ -72,14 +80,11 @@ absl::StatusOr<PixelBuffer> HeapPixelAllocator::Allocate(size_t size) {
   uint8_t* data = cache_->Take(size, &capacity);
   if (data == nullptr) {
     capacity = RoundToPage(size);
-    void* p = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
+    data = MapBlock(capacity);
+    if (data == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot map ", capacity, " bytes for a batch"));
     }
-    madvise(p, capacity, MADV_HUGEPAGE);  // advisory
-    data = static_cast<uint8_t*>(p);
   }
   return PixelBuffer(data, size,
                      [cache = cache_, capacity](uint8_t* p) {

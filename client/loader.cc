@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "client/channel.h"
 #include "client/stream_reader.h"
 #include "common/epoch_plan.h"
@@ -249,18 +248,12 @@ void Loader::ResolveNow() {
     const std::string origin = spec.ToString();
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
-    std::vector<bool> was_retired;
-    for (int id = 0; id < endpoints_.size(); ++id) {
-      was_retired.push_back(endpoints_[id].retired);
-    }
-    const std::vector<int> added =
+    const EndpointSet::Membership changes =
         endpoints_.UpdateOrigin(origin, *resolved, absl::Now());
-    for (int id = 0; id < static_cast<int>(was_retired.size()); ++id) {
-      if (!was_retired[id] && endpoints_[id].retired) {
-        spdlog::info("server {} left {}", endpoints_[id].address, origin);
-      }
+    for (int id : changes.left) {
+      spdlog::info("server {} left {}", endpoints_[id].address, origin);
     }
-    for (int id : added) {
+    for (int id : changes.joined) {
       spdlog::info("server {} joined {}", endpoints_[id].address, origin);
       ConnectLocked(id);
       StartFetchersLocked(id);

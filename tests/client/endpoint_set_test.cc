@@ -66,23 +66,31 @@ TEST(EndpointSetTest, ARefusedEndpointNoLongerCounts) {
 TEST(EndpointSetTest, DnsMembershipRetiresAndAdds) {
   EndpointSet set(absl::Milliseconds(100), absl::Seconds(5));
   const std::string origin = "dns:///stoker:7070";
-  EXPECT_THAT(set.UpdateOrigin(origin, {"10.0.0.1:7070", "10.0.0.2:7070"}, kT0),
-              ElementsAre(0, 1));
+  EndpointSet::Membership first =
+      set.UpdateOrigin(origin, {"10.0.0.1:7070", "10.0.0.2:7070"}, kT0);
+  EXPECT_THAT(first.joined, ElementsAre(0, 1));
+  EXPECT_THAT(first.left, IsEmpty());
   const int other = set.Add("10.0.0.9:7070", "10.0.0.9:7070");
   // .1 left, .3 joined; the static entry is not the name's to retire.
-  EXPECT_THAT(set.UpdateOrigin(origin, {"10.0.0.2:7070", "10.0.0.3:7070"}, kT0),
-              ElementsAre(3));
+  EndpointSet::Membership second =
+      set.UpdateOrigin(origin, {"10.0.0.2:7070", "10.0.0.3:7070"}, kT0);
+  EXPECT_THAT(second.joined, ElementsAre(3));
+  EXPECT_THAT(second.left, ElementsAre(0));
   EXPECT_TRUE(set[0].retired);
   EXPECT_FALSE(set[1].retired);
   EXPECT_FALSE(set[other].retired);
   EXPECT_EQ(set[3].address, "10.0.0.3:7070");
   // Unchanged membership adds nothing; a returning address is a new
   // endpoint (a new process, to be verified again).
-  EXPECT_THAT(set.UpdateOrigin(origin, {"10.0.0.2:7070", "10.0.0.3:7070"}, kT0),
-              IsEmpty());
-  EXPECT_THAT(set.UpdateOrigin(origin, {"10.0.0.1:7070", "10.0.0.2:7070",
-                                        "10.0.0.3:7070"},
-                               kT0),
+  EndpointSet::Membership same =
+      set.UpdateOrigin(origin, {"10.0.0.2:7070", "10.0.0.3:7070"}, kT0);
+  EXPECT_THAT(same.joined, IsEmpty());
+  EXPECT_THAT(same.left, IsEmpty());
+  EXPECT_THAT(set.UpdateOrigin(origin,
+                               {"10.0.0.1:7070", "10.0.0.2:7070",
+                                "10.0.0.3:7070"},
+                               kT0)
+                  .joined,
               ElementsAre(4));
   EXPECT_FALSE(set[4].verified);
   EXPECT_TRUE(set[0].retired);
