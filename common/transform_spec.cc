@@ -583,6 +583,11 @@ absl::Status ValidatePipeline(const v1::TransformPipeline& pipeline) {
     return absl::InvalidArgumentError(
         absl::StrCat("transform pipeline is empty; expected e.g. ", kExample));
   }
+  if (pipeline.steps_size() > kMaxTransformSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transform pipeline has ", pipeline.steps_size(),
+                     " steps; at most ", kMaxTransformSteps, " are allowed"));
+  }
   bool fixed = false;
   for (int i = 0; i < pipeline.steps_size(); ++i) {
     const v1::TransformStep& step = pipeline.steps(i);

@@ -32,6 +32,9 @@ namespace stoker::common {
 
 // Largest accepted output height or width of any step, in pixels.
 constexpr int kMaxTransformSize = 16384;
+// Most steps a pipeline may have. Real recipes use a handful; a long chain
+// of crops shrinks the source box below any meaningful size.
+constexpr int kMaxTransformSteps = 16;
 
 // torchvision's RandomResizedCrop / RandomHorizontalFlip defaults, which the
 // text form fills in when they are omitted.
@@ -54,7 +57,8 @@ absl::StatusOr<v1::TransformPipeline> ParseTransform(absl::string_view text);
 std::string FormatTransform(const v1::TransformPipeline& pipeline);
 
 // Checks a pipeline, e.g. one received on the wire. InvalidArgument, naming
-// the step, for: an empty pipeline; a step with no operation; a size <= 0 or
+// the step, for: an empty pipeline; more than kMaxTransformSteps steps; a
+// step with no operation; a size <= 0 or
 // > kMaxTransformSize; scale or ratio not finite with 0 < min <= max; p not in
 // [0, 1]; a Resize with neither or both of shorter_side and (height, width),
 // or with only one of height and width; and a pipeline that does not end in a

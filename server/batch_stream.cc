@@ -160,9 +160,15 @@ void BatchStream::FinishBatch(Pending* batch) {
     s.set_shard(setup_.dataset->shard_path(record.shard));
     s.set_reason(std::string(error.message()));
     if (setup_.fail_on_bad_sample && fatal.ok()) {
-      fatal = absl::DataLossError(absl::StrCat(
-          "sample '", s.key(), "' (index ", sample, ") in shard ", s.shard(),
-          ": ", s.reason()));
+      const std::string where = absl::StrCat(
+          "sample '", s.key(), "' (index ", sample, ") in shard ", s.shard());
+      // InvalidArgument: the request's transform does not fit this image;
+      // the data is not to blame.
+      fatal = absl::IsInvalidArgument(error)
+                  ? absl::InvalidArgumentError(absl::StrCat(
+                        "the transform cannot be applied to ", where, ": ",
+                        s.reason()))
+                  : absl::DataLossError(absl::StrCat(where, ": ", s.reason()));
     }
     if (setup_.on_skipped) setup_.on_skipped(s);
     skipped.push_back(std::move(s));

@@ -8,6 +8,19 @@
 #include "spdlog/spdlog.h"
 
 namespace stoker::server {
+namespace {
+
+// A request's string for an error message: quoted, and cut short when it is
+// long (a client may send megabytes; echoing them would make the status
+// itself too large to deliver).
+std::string Quote(absl::string_view s) {
+  constexpr size_t kMaxShown = 64;
+  if (s.size() <= kMaxShown) return absl::StrCat("'", s, "'");
+  return absl::StrCat("'", s.substr(0, kMaxShown), "...' (", s.size(),
+                      " bytes)");
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<DataService>> DataService::Create(
     const DataServiceOptions& options,
@@ -66,8 +79,8 @@ absl::StatusOr<const Dataset*> DataService::FindDataset(
   if (it != datasets_.end()) return it->second.get();
   std::vector<std::string> names;
   for (const auto& [n, d] : datasets_) names.push_back(n);
-  return absl::NotFoundError(absl::StrCat("unknown dataset '", name,
-                                          "'; this server has: ",
+  return absl::NotFoundError(absl::StrCat("unknown dataset ", Quote(name),
+                                          "; this server has: ",
                                           absl::StrJoin(names, ", ")));
 }
 
@@ -121,7 +134,7 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
     return absl::FailedPreconditionError(absl::StrCat(
         "dataset '", dataset.name(), "' has fingerprint ",
         dataset.fingerprint(), " on this server, the client expected ",
-        request.expected_fingerprint()));
+        Quote(request.expected_fingerprint())));
   }
   absl::StatusOr<std::pair<int, int>> size = common::OutputSize(spec.transform());
   if (!size.ok()) return size.status();

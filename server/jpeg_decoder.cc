@@ -30,6 +30,8 @@ struct ErrorManager {
   jpeg_error_mgr pub;  // first: libjpeg only knows this part
   jmp_buf jump;
   bool saw_eof = false;
+  // A warning that the entropy-coded data is damaged; `message` says which.
+  bool corrupt = false;
   char message[JMSG_LENGTH_MAX];
 };
 
@@ -41,13 +43,38 @@ struct ErrorManager {
   std::longjmp(err->jump, 1);
 }
 
+// Warnings that mean the pixel data is damaged: libjpeg goes on and fills
+// what it could not decode with grey or stripes. Warnings about the
+// container (stray bytes between segments, an odd JFIF version, a bad ICC
+// chunk, an Adobe transform flag) are tolerated, as PIL tolerates them:
+// real photo collections, ImageNet included, have such files.
+bool MeansCorruptPixels(int code) {
+  switch (code) {
+    case JWRN_ARITH_BAD_CODE:
+    case JWRN_BOGUS_PROGRESSION:
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+    case JWRN_MUST_RESYNC:
+    case JWRN_NOT_SEQUENTIAL:
+    case JWRN_TOO_MUCH_DATA:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Warnings are counted, never printed. JWRN_JPEG_EOF means the data ended
 // early and libjpeg padded the rest of the image with grey.
 void EmitMessage(j_common_ptr cinfo, int level) {
   if (level >= 0) return;  // trace messages
   auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
   ++err->pub.num_warnings;
-  if (err->pub.msg_code == JWRN_JPEG_EOF) err->saw_eof = true;
+  const int code = err->pub.msg_code;
+  if (code == JWRN_JPEG_EOF) err->saw_eof = true;
+  if (MeansCorruptPixels(code) && !err->corrupt) {
+    err->corrupt = true;
+    (*cinfo->err->format_message)(cinfo, err->message);
+  }
 }
 
 void OutputMessage(j_common_ptr) {}
@@ -65,19 +92,30 @@ bool HasEndOfImage(const uint8_t* data, size_t size) {
 
 int CeilDiv(int64_t a, int b) { return static_cast<int>((a + b - 1) / b); }
 
-enum class Outcome { kOk, kError, kTruncated, kEmptyRegion, kTooLarge, kCmyk };
+enum class Outcome {
+  kOk,
+  kError,
+  kTruncated,
+  kCorrupt,
+  kEmptyRegion,
+  kTooLarge,
+  kCmyk
+};
 
 }  // namespace
 
 struct JpegDecoder::State {
   jpeg_decompress_struct cinfo;
   ErrorManager err;
+  // The size of the last image that Decode left to OpenCV.
+  ImageInfo cmyk_info;
 
   void Reset() {
     // Returns the decompressor to its idle state even if a previous call
     // left it mid-image (e.g. std::bad_alloc from growing `pixels`).
     jpeg_abort_decompress(&cinfo);
     err.saw_eof = false;
+    err.corrupt = false;
     err.pub.num_warnings = 0;
     err.message[0] = '\0';
   }
@@ -110,6 +148,8 @@ struct JpegDecoder::State {
     jpeg_read_header(&cinfo, TRUE);
     if (cinfo.jpeg_color_space == JCS_CMYK ||
         cinfo.jpeg_color_space == JCS_YCCK) {
+      cmyk_info = {static_cast<int>(cinfo.image_width),
+                   static_cast<int>(cinfo.image_height)};
       jpeg_abort_decompress(&cinfo);
       return Outcome::kCmyk;
     }
@@ -175,6 +215,7 @@ struct JpegDecoder::State {
         HasEndOfImage(cinfo.src->next_input_byte, cinfo.src->bytes_in_buffer);
     jpeg_abort_decompress(&cinfo);
     if (err.saw_eof || !eoi_follows) return Outcome::kTruncated;
+    if (err.corrupt) return Outcome::kCorrupt;
 
     out->width = width;
     out->height = height;
@@ -226,7 +267,7 @@ absl::Status JpegDecoder::Decode(absl::string_view jpeg, Region want,
     case Outcome::kOk:
       return absl::OkStatus();
     case Outcome::kCmyk:
-      return DecodeWithOpenCV(jpeg, out);
+      return DecodeWithOpenCV(jpeg, state_->cmyk_info, out);
     case Outcome::kEmptyRegion:
       return absl::InvalidArgumentError(absl::StrCat(
           "JPEG decode region ", want.x, ",", want.y, " ", want.width, "x",
@@ -237,48 +278,65 @@ absl::Status JpegDecoder::Decode(absl::string_view jpeg, Region want,
     case Outcome::kTruncated:
       return absl::DataLossError(
           "JPEG data is truncated (no end-of-image marker)");
+    case Outcome::kCorrupt:
+      return absl::DataLossError(
+          absl::StrCat("JPEG pixel data is corrupt (", state_->err.message,
+                       ")"));
     case Outcome::kError:
       break;
   }
   return absl::DataLossError(absl::StrCat("JPEG: ", state_->err.message));
 }
 
-absl::Status DecodeWithOpenCV(absl::string_view bytes, DecodedImage* out) {
+absl::Status DecodeWithOpenCV(absl::string_view bytes, ImageInfo expected,
+                              DecodedImage* out) {
   if (bytes.empty() || bytes.size() > static_cast<size_t>(INT32_MAX)) {
     return absl::DataLossError(
         absl::StrCat("cannot decode an image of ", bytes.size(), " bytes"));
   }
+  if (expected.width < 1 || expected.height < 1 ||
+      int64_t{expected.width} * expected.height > kMaxDecodedPixels) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot decode a ", expected.width, "x", expected.height,
+        " image (more than 2^28 pixels)"));
+  }
+  const size_t stride = 3 * static_cast<size_t>(expected.width);
   try {
     const cv::Mat raw(1, static_cast<int>(bytes.size()), CV_8UC1,
                       const_cast<char*>(bytes.data()));
+    // (imdecode's variant that decodes into a given Mat leaves it untouched
+    // when the header does not parse, which is indistinguishable from
+    // success; so OpenCV allocates and the pixels are converted over.)
     const cv::Mat bgr =
         cv::imdecode(raw, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
     if (bgr.empty() || bgr.type() != CV_8UC3) {
       return absl::DataLossError("OpenCV could not decode the image");
     }
-    if (int64_t{bgr.cols} * bgr.rows > kMaxDecodedPixels) {
-      return absl::ResourceExhaustedError("image exceeds 2^28 pixels");
+    if (bgr.cols != expected.width || bgr.rows != expected.height) {
+      return absl::DataLossError(absl::StrCat(
+          "the image decodes to ", bgr.cols, "x", bgr.rows,
+          " pixels but its header claims ", expected.width, "x",
+          expected.height));
     }
-    const size_t stride = 3 * static_cast<size_t>(bgr.cols);
     if (out->pixels.size() < stride * bgr.rows) {
       out->pixels.resize(stride * bgr.rows);
     }
     cv::Mat rgb(bgr.rows, bgr.cols, CV_8UC3, out->pixels.data(), stride);
     cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
-    out->width = bgr.cols;
-    out->height = bgr.rows;
-    out->stride = static_cast<int>(stride);
-    out->scale_denom = 1;
-    out->src_x0 = 0;
-    out->src_y0 = 0;
-    out->scale_x = 1;
-    out->scale_y = 1;
-    out->full_width = bgr.cols;
-    out->full_height = bgr.rows;
-    return absl::OkStatus();
   } catch (const cv::Exception& e) {
     return absl::DataLossError(absl::StrCat("OpenCV: ", e.what()));
   }
+  out->width = expected.width;
+  out->height = expected.height;
+  out->stride = static_cast<int>(stride);
+  out->scale_denom = 1;
+  out->src_x0 = 0;
+  out->src_y0 = 0;
+  out->scale_x = 1;
+  out->scale_y = 1;
+  out->full_width = expected.width;
+  out->full_height = expected.height;
+  return absl::OkStatus();
 }
 
 }  // namespace stoker::server

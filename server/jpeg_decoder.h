@@ -57,8 +57,13 @@ struct DecodedImage {
 // Errors: DataLoss for anything that is not a decodable image, including a
 // truncated JPEG (libjpeg would silently fill the missing part with grey;
 // this decoder refuses it even when the requested region lies above the
-// truncation point). Other libjpeg warnings ("extraneous bytes before
-// marker", bad Huffman code, ...) are tolerated, as PIL tolerates them.
+// truncation point) and corrupt entropy-coded data (libjpeg warns of a bad
+// Huffman or arithmetic code, a marker inside the scan, a lost restart
+// marker or a bogus progression, then fills the damage with grey). Only the
+// rows that are decoded can show damage: a partial decode does not look at
+// the data below its region, whose pixels it does not deliver. Warnings
+// about the container ("extraneous bytes before marker", JFIF version, ICC
+// chunk) are tolerated, as PIL tolerates them.
 // InvalidArgument for bad arguments. libjpeg never writes to stderr.
 class JpegDecoder {
  public:
@@ -99,11 +104,15 @@ class JpegDecoder {
   std::unique_ptr<State> state_;
 };
 
-// Decodes any format OpenCV reads (PNG, BMP, WebP, JPEG, ...) whole, at
-// scale 1, into `out` (converted to RGB: alpha dropped, grey expanded,
-// 16-bit reduced to 8-bit). DataLoss if OpenCV cannot decode it. Allocates
-// inside OpenCV; thread-safe (no shared state besides `out`).
-absl::Status DecodeWithOpenCV(absl::string_view bytes, DecodedImage* out);
+// Decodes an image OpenCV reads (PNG, BMP, WebP, PNM, CMYK JPEG, ...) whole,
+// at scale 1, into `out` (converted to RGB: alpha dropped, grey expanded,
+// 16-bit reduced to 8-bit). `expected` is the size its header claims
+// (server/image_probe.h), which the caller has already checked against its
+// pixel limit; an image that decodes to another size is refused. DataLoss if OpenCV
+// cannot decode it or the size differs; ResourceExhausted over 2^28 pixels.
+// Thread-safe (no shared state besides `out`).
+absl::Status DecodeWithOpenCV(absl::string_view bytes, ImageInfo expected,
+                              DecodedImage* out);
 
 }  // namespace stoker::server
 

@@ -20,6 +20,7 @@
 #include "common/command_line.h"
 #include "server/data_service.h"
 #include "server/dataset.h"
+#include "server/image_probe.h"
 #include "server/server.h"
 #include "common/malloc_tuning.h"
 #include "spdlog/spdlog.h"
@@ -43,6 +44,9 @@ ABSL_FLAG(int, inflight_batches, 2,
 ABSL_FLAG(bool, dct_scaling, true,
           "Decode JPEGs at 1/2, 1/4 or 1/8 scale when the crop is shrunk by "
           "at least that much (faster; slightly different pixels).");
+ABSL_FLAG(int64_t, max_image_pixels, stoker::server::kDefaultMaxImagePixels,
+          "Images whose header claims more pixels are refused before "
+          "decoding (reported as bad samples). Default: PIL's limit.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -127,6 +131,11 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
     return absl::InvalidArgumentError("--inflight_batches must be >= 1");
   }
   config.service.processor.dct_scaling = absl::GetFlag(FLAGS_dct_scaling);
+  config.service.processor.max_image_pixels =
+      absl::GetFlag(FLAGS_max_image_pixels);
+  if (config.service.processor.max_image_pixels < 1) {
+    return absl::InvalidArgumentError("--max_image_pixels must be >= 1");
+  }
   const std::string level = absl::GetFlag(FLAGS_log_level);
   config.log_level = spdlog::level::from_str(level);
   if (config.log_level == spdlog::level::off && level != "off") {

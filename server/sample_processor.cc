@@ -5,13 +5,18 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 namespace stoker::server {
 namespace {
 
 constexpr double kBoxTolerance = 1e-6;
+// Decode buffers larger than this are freed after the sample instead of
+// being kept for the next one.
+constexpr size_t kMaxKeptScratchBytes = size_t{64} << 20;
 constexpr int kMaxOutputSide = 1 << 16;
 // Larger than any decodable image; keeps region arithmetic in int range.
 constexpr double kMaxCoordinate = 1 << 30;
@@ -20,31 +25,6 @@ int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-bool LooksLikeJpeg(absl::string_view bytes) {
-  return bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF &&
-         static_cast<uint8_t>(bytes[1]) == 0xD8 &&
-         static_cast<uint8_t>(bytes[2]) == 0xFF;
-}
-
-// PNG signature, then the IHDR chunk: length, "IHDR", width, height (BE).
-bool ReadPngSize(absl::string_view bytes, ImageInfo* info) {
-  static constexpr char kSignature[] = "\x89PNG\r\n\x1a\n";
-  if (bytes.size() < 24 || std::memcmp(bytes.data(), kSignature, 8) != 0 ||
-      std::memcmp(bytes.data() + 12, "IHDR", 4) != 0) {
-    return false;
-  }
-  auto be32 = [&bytes](int at) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(bytes[at + i]);
-    return v;
-  };
-  const uint32_t w = be32(16), h = be32(20);
-  if (w == 0 || h == 0 || w > INT_MAX || h > INT_MAX) return false;
-  info->width = static_cast<int>(w);
-  info->height = static_cast<int>(h);
-  return true;
 }
 
 absl::Status CheckGeometryShape(const common::SampleGeometry& g) {
@@ -107,31 +87,39 @@ void AxisRegion(double b0, double b1, int out_size, int denom, int* lo,
 SampleProcessor::SampleProcessor(const SampleProcessorOptions& options)
     : options_(options) {}
 
-absl::StatusOr<ImageInfo> SampleProcessor::ReadInfo(absl::string_view bytes,
-                                                    bool is_jpeg) {
-  if (LooksLikeJpeg(bytes)) return jpeg_.ReadInfo(bytes);
-  ImageInfo info;
-  if (ReadPngSize(bytes, &info)) return info;
-  const absl::Status status = DecodeWithOpenCV(bytes, &decoded_);
-  if (!status.ok()) {
-    if (is_jpeg && absl::IsDataLoss(status)) {
-      return absl::DataLossError(
-          absl::StrCat("not a JPEG image (", status.message(), ")"));
-    }
-    return status;
+absl::StatusOr<ImageHeader> SampleProcessor::Probe(absl::string_view bytes,
+                                                   bool is_jpeg) const {
+  absl::StatusOr<ImageHeader> header = ProbeImage(bytes);
+  if (!header.ok()) {
+    if (!is_jpeg) return header.status();
+    return absl::DataLossError(
+        absl::StrCat("not a JPEG image (", header.status().message(), ")"));
   }
-  return ImageInfo{decoded_.width, decoded_.height};
+  if (header->pixels() > options_.max_image_pixels) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        ImageCodecName(header->codec), " header claims ", header->width, "x",
+        header->height, " = ", header->pixels(),
+        " pixels, over the limit of ", options_.max_image_pixels,
+        " (--max_image_pixels); refused before decoding"));
+  }
+  return header;
 }
 
-absl::Status SampleProcessor::Decode(absl::string_view bytes, bool is_jpeg,
+absl::StatusOr<ImageInfo> SampleProcessor::ReadInfo(absl::string_view bytes,
+                                                    bool is_jpeg) {
+  absl::StatusOr<ImageHeader> header = Probe(bytes, is_jpeg);
+  if (!header.ok()) return header.status();
+  return ImageInfo{static_cast<int>(header->width),
+                   static_cast<int>(header->height)};
+}
+
+absl::Status SampleProcessor::Decode(absl::string_view bytes,
+                                     const ImageHeader& header,
                                      const common::SampleGeometry& geometry) {
-  if (!LooksLikeJpeg(bytes)) {
-    absl::Status status = DecodeWithOpenCV(bytes, &decoded_);
-    if (!status.ok() && is_jpeg && absl::IsDataLoss(status)) {
-      return absl::DataLossError(
-          absl::StrCat("not a JPEG image (", status.message(), ")"));
-    }
-    return status;
+  const ImageInfo size{static_cast<int>(header.width),
+                       static_cast<int>(header.height)};
+  if (header.codec != ImageCodec::kJpeg) {
+    return DecodeWithOpenCV(bytes, size, &decoded_);
   }
   const int denom = options_.dct_scaling ? ChooseScaleDenom(geometry) : 1;
   JpegDecoder::Region region{0, 0, INT_MAX, INT_MAX};  // clipped by Decode
@@ -142,7 +130,16 @@ absl::Status SampleProcessor::Decode(absl::string_view bytes, bool is_jpeg,
     AxisRegion(b.y0, b.y1, geometry.out_height, denom, &y0, &y1);
     region = {x0, y0, x1 - x0, y1 - y0};
   }
-  return jpeg_.Decode(bytes, region, denom, &decoded_);
+  if (absl::Status s = jpeg_.Decode(bytes, region, denom, &decoded_); !s.ok()) {
+    return s;
+  }
+  if (decoded_.full_width != size.width || decoded_.full_height != size.height) {
+    // libjpeg read another frame header than the probe (e.g. a second SOF).
+    return absl::DataLossError(absl::StrCat(
+        "JPEG decodes as ", decoded_.full_width, "x", decoded_.full_height,
+        " but its first frame header claims ", size.width, "x", size.height));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
@@ -151,9 +148,16 @@ absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
   if (dst == nullptr) return absl::InvalidArgumentError("null destination");
   if (absl::Status s = CheckGeometryShape(geometry); !s.ok()) return s;
   const int64_t t0 = timings != nullptr ? NowNs() : 0;
-  // The decoder clips the region itself, so the image size is only checked
-  // once it is known from the decode (saves a second header parse).
-  if (absl::Status s = Decode(bytes, is_jpeg, geometry); !s.ok()) {
+  absl::StatusOr<ImageHeader> header = Probe(bytes, is_jpeg);
+  if (!header.ok()) return header.status();
+  // A rare large image's buffer is given back rather than kept per worker
+  // for the server's life.
+  absl::Cleanup release_large = [this] {
+    if (decoded_.pixels.capacity() > kMaxKeptScratchBytes) {
+      std::vector<uint8_t>().swap(decoded_.pixels);
+    }
+  };
+  if (absl::Status s = Decode(bytes, *header, geometry); !s.ok()) {
     if (absl::IsInvalidArgument(s)) {
       // The decode region missed the image entirely.
       return absl::InvalidArgumentError(

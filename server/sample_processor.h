@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/geometry.h"
+#include "server/image_probe.h"
 #include "server/jpeg_decoder.h"
 #include "server/resample.h"
 
@@ -32,6 +33,9 @@ struct SampleProcessorOptions {
   // Decode only the part of the JPEG that the output depends on. Does not
   // change the output. Default true.
   bool partial_decode = true;
+  // Images whose header claims more pixels than this are refused before any
+  // pixel data is decoded (ResourceExhausted). Default: PIL's limit.
+  int64_t max_image_pixels = kDefaultMaxImagePixels;
 };
 
 // Where one Process call spent its time, in nanoseconds (steady clock).
@@ -51,10 +55,12 @@ class SampleProcessor {
   SampleProcessor(const SampleProcessor&) = delete;
   SampleProcessor& operator=(const SampleProcessor&) = delete;
 
-  // Image size from the headers (JPEG, PNG); other formats are decoded
-  // whole to find out. `is_jpeg` is what the container claims (e.g. the file
-  // extension); the bytes decide which decoder runs, so a mislabelled file
-  // (ImageNet has a PNG named .JPEG) still works. DataLoss if undecodable.
+  // Image size from the header alone (server/image_probe.h); costs
+  // microseconds and allocates nothing. `is_jpeg` is what the container
+  // claims (e.g. the file extension); the bytes decide which decoder runs, so
+  // a mislabelled file (ImageNet has a PNG named .JPEG) still works. DataLoss
+  // for an unsupported format or a malformed header; ResourceExhausted when
+  // the header claims more than max_image_pixels.
   absl::StatusOr<ImageInfo> ReadInfo(absl::string_view bytes, bool is_jpeg);
 
   // Decodes `bytes` and writes the geometry's output image to `dst`:
@@ -65,13 +71,18 @@ class SampleProcessor {
   // Errors: InvalidArgument if the geometry is not valid for this image
   // (box empty or not inside the image within 1e-6 pixels, output side not
   // in [1, 2^16]); DataLoss if the bytes do not decode (corrupt, truncated,
-  // unknown format); ResourceExhausted for images over 2^28 pixels.
+  // unknown format, or decoding to another size than the header claims);
+  // ResourceExhausted, before decoding, for images over max_image_pixels.
+  // Decode buffers over 64 MiB are freed before returning.
   absl::Status Process(absl::string_view bytes, bool is_jpeg,
                        const common::SampleGeometry& geometry, uint8_t* dst,
                        SampleTimings* timings);
 
  private:
-  absl::Status Decode(absl::string_view bytes, bool is_jpeg,
+  // ProbeImage plus the pixel limit.
+  absl::StatusOr<ImageHeader> Probe(absl::string_view bytes,
+                                    bool is_jpeg) const;
+  absl::Status Decode(absl::string_view bytes, const ImageHeader& header,
                       const common::SampleGeometry& geometry);
 
   const SampleProcessorOptions options_;

@@ -19,6 +19,8 @@
 #include "gtest/gtest.h"
 #include "proto/stoker.grpc.pb.h"
 #include "tests/testing/cluster.h"
+#include "tests/server/hostile_image.h"
+#include "tests/server/synthetic_image.h"
 #include "tests/testing/reference_image.h"
 #include "tools/sample_shards.h"
 
@@ -180,6 +182,26 @@ std::string WriteBadShard(const ShardSet& good) {
       {"nolabel.jpg", *jpeg},
       {"badlabel.cls", "cat\n"},
       {"badlabel.jpg", *jpeg},
+      // Decompression bombs: a few KB claiming 60000^2 and 30000^2 pixels
+      // (were delivered as grey images, or decoded whole: GBs per sample).
+      {"bomb.cls", "5\n"},
+      {"bomb.jpg", server::testing::ForgeJpegSize(*jpeg, 60000, 60000)},
+      {"cmykbomb.cls", "6\n"},
+      {"cmykbomb.jpg",
+       server::testing::ForgeJpegSize(
+           server::testing::EncodeCmykJpeg(
+               server::testing::PhotoLikeImage(64, 64, 1)),
+           30000, 30000)},
+      {"pngbomb.cls", "7\n"},
+      {"pngbomb.png",
+       server::testing::ForgePngSize(
+           server::testing::EncodePng(
+               server::testing::PhotoLikeImage(64, 64, 2)),
+           30000, 30000)},
+      // Random bytes in the scan, end marker kept (was delivered as a
+      // striped grey image).
+      {"corruptscan.cls", "8\n"},
+      {"corruptscan.jpg", server::testing::CorruptJpegScan(*jpeg, 0.05, 1)},
       {"cutoff.cls", "4\n"},
       {"cutoff.jpg", *jpeg},
   };
@@ -204,7 +226,7 @@ TEST_F(EndToEndTest, SkipsAndReportsCorruptTruncatedAndUnlabeledSamples) {
   auto loader = client::Loader::Create(options);
   ASSERT_TRUE(loader.ok()) << loader.status();
   const int64_t total = (*loader)->dataset_samples();
-  EXPECT_EQ(total, 6);
+  EXPECT_EQ(total, 10);
   auto batches = ReadEpoch(**loader, 0);
   ASSERT_TRUE(batches.ok()) << batches.status();
   std::map<std::string, std::string> skipped;
@@ -217,13 +239,19 @@ TEST_F(EndToEndTest, SkipsAndReportsCorruptTruncatedAndUnlabeledSamples) {
     }
   }
   EXPECT_THAT(delivered, ::testing::ElementsAre("good"));
-  EXPECT_EQ(skipped.size(), 5u);
-  for (const char* key : {"garbage", "halfjpeg", "nolabel", "badlabel", "cutoff"}) {
+  EXPECT_EQ(skipped.size(), 9u);
+  for (const char* key : {"garbage", "halfjpeg", "nolabel", "badlabel",
+                          "bomb", "cmykbomb", "pngbomb", "corruptscan",
+                          "cutoff"}) {
     EXPECT_EQ(skipped.count(key), 1u) << key;
   }
+  for (const char* bomb : {"bomb", "cmykbomb", "pngbomb"}) {
+    EXPECT_THAT(skipped[bomb], HasSubstr("--max_image_pixels")) << bomb;
+  }
+  EXPECT_THAT(skipped["corruptscan"], HasSubstr("corrupt"));
   EXPECT_EQ(static_cast<int64_t>(delivered.size() + skipped.size()), total);
-  EXPECT_EQ((*loader)->stats().skipped_samples, 5);
-  EXPECT_EQ(cluster->server(0)->service()->stats().skipped_samples, 5);
+  EXPECT_EQ((*loader)->stats().skipped_samples, 9);
+  EXPECT_EQ(cluster->server(0)->service()->stats().skipped_samples, 9);
 
   // Asked to fail instead, the stream ends with DATA_LOSS naming the sample.
   options.fail_on_bad_sample = true;
@@ -235,7 +263,8 @@ TEST_F(EndToEndTest, SkipsAndReportsCorruptTruncatedAndUnlabeledSamples) {
   // Whichever bad sample a stream met first; the message names it and its shard.
   EXPECT_THAT(std::string(failed.status().message()),
               ::testing::ContainsRegex(
-                  "sample '(garbage|halfjpeg|nolabel|badlabel|cutoff)'"));
+                  "sample '(garbage|halfjpeg|nolabel|badlabel|bomb|cmykbomb|"
+                  "pngbomb|corruptscan|cutoff)'"));
   EXPECT_THAT(std::string(failed.status().message()),
               HasSubstr("bad-000000.tar"));
 
@@ -337,6 +366,27 @@ TEST_F(EndToEndTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
       {"wrong fingerprint",
        [](auto* r) { r->set_expected_fingerprint("0123456789abcdef"); },
        grpc::StatusCode::FAILED_PRECONDITION, "fingerprint"},
+      // Was echoed whole into the status, which then exceeded gRPC's
+      // metadata limit: the client saw RESOURCE_EXHAUSTED, not NOT_FOUND.
+      {"1 MB dataset name",
+       [](auto* r) { r->mutable_plan()->set_dataset(std::string(1 << 20, 'x')); },
+       grpc::StatusCode::NOT_FOUND, "(1048576 bytes)"},
+      {"1 MB fingerprint",
+       [](auto* r) { r->set_expected_fingerprint(std::string(1 << 20, 'f')); },
+       grpc::StatusCode::FAILED_PRECONDITION, "(1048576 bytes)"},
+      // Made every healthy sample "bad" (and DATA_LOSS under the fail
+      // policy blamed a good sample).
+      {"128 chained RandomResizedCrops",
+       [](auto* r) {
+         v1::TransformPipeline* t = r->mutable_plan()->mutable_transform();
+         t->Clear();
+         for (int i = 0; i < 128; ++i) {
+           *t->add_steps() =
+               common::ParseTransform("RandomResizedCrop(32)")->steps(0);
+         }
+         r->set_bad_sample_policy(v1::BAD_SAMPLE_POLICY_FAIL);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "at most 16"},
   };
   for (const Case& c : cases) {
     v1::StreamBatchesRequest request = ValidRequest();

@@ -4,8 +4,10 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -233,6 +235,15 @@ TEST_F(TransformSpecTest, ValidateRejectsEmptyAndUnsetSteps) {
   EXPECT_THAT(ValidateError(WithFirstStep(v1::TransformStep())),
               AllOf(HasSubstr("transform step 1 (<unset>)"),
                     HasSubstr("no operation set")));
+}
+
+TEST_F(TransformSpecTest, ValidateRejectsTooManySteps) {
+  std::vector<std::string> steps(kMaxTransformSteps, "RandomResizedCrop(224)");
+  EXPECT_TRUE(ParseTransform(absl::StrJoin(steps, "|")).ok());
+  steps.push_back("RandomHorizontalFlip()");
+  const absl::Status status = ParseTransform(absl::StrJoin(steps, "|")).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(status));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("at most"));
 }
 
 TEST_F(TransformSpecTest, ValidateRejectsBadSizes) {

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "tests/server/hostile_image.h"
 #include "tests/server/synthetic_image.h"
 
 namespace stoker::server {
@@ -32,41 +33,6 @@ cv::Mat OpenCvRgb(const std::string& bytes) {
       cv::imdecode(raw, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
   cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
   return image;
-}
-
-// A CMYK JPEG (OpenCV cannot write one), via the libjpeg compressor.
-std::string EncodeCmykJpeg(const cv::Mat& rgb) {
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  unsigned char* buffer = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &buffer, &size);
-  cinfo.image_width = rgb.cols;
-  cinfo.image_height = rgb.rows;
-  cinfo.input_components = 4;
-  cinfo.in_color_space = JCS_CMYK;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, 90, TRUE);
-  jpeg_start_compress(&cinfo, TRUE);
-  std::vector<uint8_t> row(4 * rgb.cols);
-  for (int y = 0; y < rgb.rows; ++y) {
-    for (int x = 0; x < rgb.cols; ++x) {
-      const uint8_t* p = rgb.ptr(y) + 3 * x;
-      row[4 * x + 0] = 255 - p[0];
-      row[4 * x + 1] = 255 - p[1];
-      row[4 * x + 2] = 255 - p[2];
-      row[4 * x + 3] = 0;
-    }
-    JSAMPROW pointer = row.data();
-    jpeg_write_scanlines(&cinfo, &pointer, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  std::string out(reinterpret_cast<char*>(buffer), size);
-  std::free(buffer);
-  jpeg_destroy_compress(&cinfo);
-  return out;
 }
 
 // Largest difference between `part` and the same pixels of `full` (both
@@ -277,8 +243,8 @@ TEST_F(JpegDecoderTest, GarbageIsDataLoss) {
   corrupt += garbage;
   EXPECT_TRUE(
       absl::IsDataLoss(decoder_.Decode(corrupt, Region{0, 0, 64, 64}, 1, &out)));
-  EXPECT_TRUE(absl::IsDataLoss(DecodeWithOpenCV(garbage, &out)));
-  EXPECT_TRUE(absl::IsDataLoss(DecodeWithOpenCV("", &out)));
+  EXPECT_TRUE(absl::IsDataLoss(DecodeWithOpenCV(garbage, {10, 10}, &out)));
+  EXPECT_TRUE(absl::IsDataLoss(DecodeWithOpenCV("", {10, 10}, &out)));
 }
 
 TEST_F(JpegDecoderTest, DecoderIsReusableAfterErrors) {
@@ -329,7 +295,7 @@ TEST_F(JpegDecoderTest, GrayscaleJpegDecodesToRgb) {
 }
 
 TEST_F(JpegDecoderTest, CmykJpegFallsBackToOpenCv) {
-  const std::string jpeg = EncodeCmykJpeg(testing::PhotoLikeImage(120, 90, 10));
+  const std::string jpeg = testing::EncodeCmykJpeg(testing::PhotoLikeImage(120, 90, 10));
   absl::StatusOr<ImageInfo> info = decoder_.ReadInfo(jpeg);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->width, 120);
@@ -350,7 +316,10 @@ TEST_F(JpegDecoderTest, PngDecodesThroughOpenCv) {
   const cv::Mat image = testing::PhotoLikeImage(317, 221, 11);
   const std::string png = testing::EncodePng(image);
   DecodedImage out;
-  ASSERT_TRUE(DecodeWithOpenCV(png, &out).ok());
+  // A size other than the header's is refused, not decoded into a
+  // buffer of the wrong size.
+  EXPECT_TRUE(absl::IsDataLoss(DecodeWithOpenCV(png, {316, 221}, &out)));
+  ASSERT_TRUE(DecodeWithOpenCV(png, {317, 221}, &out).ok());
   ASSERT_EQ(out.width, 317);
   ASSERT_EQ(out.height, 221);
   for (int y = 0; y < 221; ++y) {
@@ -359,6 +328,45 @@ TEST_F(JpegDecoderTest, PngDecodesThroughOpenCv) {
   }
   // The JPEG decoder itself refuses PNG bytes.
   EXPECT_TRUE(absl::IsDataLoss(decoder_.Decode(png, Region{0, 0, 1, 1}, 1, &out)));
+}
+
+// Random bytes in the scan, end marker kept: libjpeg only warns (bad Huffman
+// code, marker inside the scan) and fills the rest with grey stripes; that
+// must not be delivered as an image. Before the fix it decoded "fine".
+TEST_F(JpegDecoderTest, CorruptScanIsDataLoss) {
+  const std::string jpeg =
+      testing::EncodeJpeg(testing::PhotoLikeImage(320, 240, 21));
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    const std::string corrupt = testing::CorruptJpegScan(jpeg, 0.3, seed);
+    DecodedImage out;
+    for (int denom : {1, 2, 8}) {
+      const absl::Status status =
+          decoder_.Decode(corrupt, Region{0, 0, 320, 240}, denom, &out);
+      EXPECT_TRUE(absl::IsDataLoss(status)) << "seed " << seed << " 1/" << denom
+                                            << ": " << status;
+      EXPECT_NE(status.message().find("corrupt"), absl::string_view::npos)
+          << status;
+    }
+    // A region in the damaged lower part, decoded partially.
+    EXPECT_TRUE(absl::IsDataLoss(
+        decoder_.Decode(corrupt, Region{100, 160, 120, 80}, 2, &out)));
+  }
+  // The same decoder still decodes an intact image afterwards.
+  DecodedImage out;
+  EXPECT_TRUE(decoder_.Decode(jpeg, Region{0, 0, 320, 240}, 1, &out).ok());
+}
+
+// Stray bytes before the end marker (some cameras write them; ImageNet has
+// such files) leave the pixels intact and stay accepted, as in PIL.
+TEST_F(JpegDecoderTest, ExtraneousBytesBeforeEndMarkerAreTolerated) {
+  const std::string jpeg =
+      testing::EncodeJpeg(testing::PhotoLikeImage(160, 120, 22));
+  const std::string padded = testing::AddBytesBeforeEndOfImage(jpeg, 7);
+  DecodedImage want, got;
+  ASSERT_TRUE(decoder_.Decode(jpeg, Region{0, 0, 160, 120}, 1, &want).ok());
+  ASSERT_TRUE(decoder_.Decode(padded, Region{0, 0, 160, 120}, 1, &got).ok());
+  EXPECT_EQ(0, std::memcmp(want.pixels.data(), got.pixels.data(),
+                           want.stride * want.height));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "server/sample_processor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -14,6 +16,7 @@
 #include "absl/status/status.h"
 #include "common/geometry.h"
 #include "gtest/gtest.h"
+#include "tests/server/hostile_image.h"
 #include "tests/server/reference_resample.h"
 #include "tests/server/synthetic_image.h"
 
@@ -300,6 +303,127 @@ TEST_F(SampleProcessorTest, WritesExactlyTheOutputAndReportsTimings) {
   for (size_t i = bytes; i < out.size(); ++i) ASSERT_EQ(out[i], 0xA5) << i;
   EXPECT_GT(timings.decode_ns, 0);
   EXPECT_GT(timings.transform_ns, 0);
+}
+
+// Geometry of torchvision's Resize(256) | CenterCrop(224) for a w x h image.
+SampleGeometry ResizeCenterCrop(double w, double h) {
+  const double side = std::min(w, h) * 224.0 / 256.0;
+  SampleGeometry g;
+  g.source = {(w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2};
+  g.out_width = 224;
+  g.out_height = 224;
+  return g;
+}
+
+// A RandomResizedCrop-like box in the middle of a w x h image.
+SampleGeometry MiddleCrop(double w, double h) {
+  SampleGeometry g;
+  g.source = {w * 0.3, h * 0.4, w * 0.7, h * 0.6};
+  g.out_width = 224;
+  g.out_height = 224;
+  return g;
+}
+
+// Decompression bombs: a few KB whose header claims a huge image. Before the
+// pixel limit, the JPEGs were delivered as grey images (libjpeg decoded what
+// little data there was), the CMYK JPEG and PNGs were decoded whole (GBs).
+// Now the header probe refuses them before decoding.
+TEST_F(SampleProcessorTest, DecompressionBombsAreRefusedBeforeDecoding) {
+  const cv::Mat small = testing::PhotoLikeImage(64, 48, 3);
+  struct Bomb {
+    const char* name;
+    std::string bytes;
+    int width, height;
+  };
+  const Bomb bombs[] = {
+      {"jpeg 60000^2", testing::ForgeJpegSize(testing::EncodeJpeg(small), 60000, 60000), 60000, 60000},
+      {"jpeg 16000^2", testing::ForgeJpegSize(testing::EncodeJpeg(small), 16000, 16000), 16000, 16000},
+      {"cmyk jpeg 30000^2", testing::ForgeJpegSize(testing::EncodeCmykJpeg(small), 30000, 30000), 30000, 30000},
+      {"png 30000^2", testing::ForgePngSize(testing::EncodePng(small), 30000, 30000), 30000, 30000},
+      {"png 16000^2", testing::ForgePngSize(testing::EncodePng(small), 16000, 16000), 16000, 16000},
+  };
+  std::vector<uint8_t> out(224 * 224 * 3);
+  SampleProcessor processor;
+  for (const Bomb& bomb : bombs) {
+    SCOPED_TRACE(bomb.name);
+    const absl::StatusOr<ImageInfo> info = processor.ReadInfo(bomb.bytes, true);
+    EXPECT_TRUE(absl::IsResourceExhausted(info.status())) << info.status();
+    EXPECT_NE(info.status().message().find("max_image_pixels"),
+              absl::string_view::npos);
+    for (const SampleGeometry& g : {ResizeCenterCrop(bomb.width, bomb.height),
+                                    MiddleCrop(bomb.width, bomb.height)}) {
+      const absl::Status status =
+          processor.Process(bomb.bytes, true, g, out.data(), nullptr);
+      EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+    }
+  }
+}
+
+TEST_F(SampleProcessorTest, PixelLimitIsAnOption) {
+  SampleProcessorOptions options;
+  options.max_image_pixels = 100 * 80;
+  SampleProcessor processor(options);
+  const std::string fits = testing::EncodePng(testing::PhotoLikeImage(100, 80, 4));
+  const std::string over = testing::EncodeJpeg(testing::PhotoLikeImage(101, 80, 4));
+  EXPECT_TRUE(processor.ReadInfo(fits, false).ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(processor.ReadInfo(over, true).status()));
+  std::vector<uint8_t> out(32 * 32 * 3);
+  SampleGeometry g;
+  g.source = {0, 0, 80, 80};
+  g.out_width = 32;
+  g.out_height = 32;
+  EXPECT_TRUE(processor.Process(fits, false, g, out.data(), nullptr).ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      processor.Process(over, true, g, out.data(), nullptr)));
+}
+
+// Random bytes after 30% of the scan, end marker kept: was delivered as a
+// striped grey image; PIL raises "broken data stream".
+TEST_F(SampleProcessorTest, CorruptEntropyDataIsDataLoss) {
+  const std::string jpeg = testing::EncodeJpeg(testing::PhotoLikeImage(500, 375, 5));
+  std::vector<uint8_t> out(224 * 224 * 3);
+  SampleProcessor processor;
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    const std::string corrupt = testing::CorruptJpegScan(jpeg, 0.3, seed);
+    for (const SampleGeometry& g : {ResizeCenterCrop(500, 375), MiddleCrop(500, 375)}) {
+      const absl::Status status =
+          processor.Process(corrupt, true, g, out.data(), nullptr);
+      EXPECT_TRUE(absl::IsDataLoss(status)) << "seed " << seed << ": " << status;
+    }
+  }
+}
+
+// Formats beyond JPEG and PNG: the probe knows WebP, BMP and PNM and they
+// decode exactly (lossless ones); anything else is refused unread.
+TEST_F(SampleProcessorTest, OtherFormatsDecodeOrAreRefused) {
+  const cv::Mat rgb = testing::PhotoLikeImage(90, 70, 6);
+  cv::Mat bgr;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  SampleGeometry g;
+  g.source = {0, 0, 90, 70};
+  g.out_width = 90;
+  g.out_height = 70;
+  SampleProcessor processor;
+  std::vector<uint8_t> out(90 * 70 * 3);
+  for (const char* ext : {".bmp", ".ppm", ".webp"}) {
+    SCOPED_TRACE(ext);
+    std::vector<uint8_t> encoded;
+    std::vector<int> params;
+    if (std::string(ext) == ".webp") params = {cv::IMWRITE_WEBP_QUALITY, 101};
+    ASSERT_TRUE(cv::imencode(ext, bgr, encoded, params));
+    const std::string bytes(encoded.begin(), encoded.end());
+    absl::StatusOr<ImageInfo> info = processor.ReadInfo(bytes, false);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->width, 90);
+    EXPECT_EQ(info->height, 70);
+    ASSERT_TRUE(processor.Process(bytes, false, g, out.data(), nullptr).ok());
+    EXPECT_EQ(0, std::memcmp(out.data(), rgb.data, out.size()));
+  }
+  std::vector<uint8_t> tiff;
+  ASSERT_TRUE(cv::imencode(".tiff", bgr, tiff));
+  const std::string bytes(tiff.begin(), tiff.end());
+  EXPECT_TRUE(absl::IsDataLoss(processor.ReadInfo(bytes, false).status()));
+  EXPECT_TRUE(absl::IsDataLoss(processor.Process(bytes, false, g, out.data(), nullptr)));
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+#ifndef STOKER_SERVER_IMAGE_PROBE_H_
+#define STOKER_SERVER_IMAGE_PROBE_H_
+
+// Header-only probing of untrusted image bytes: which format they are and how
+// many pixels they claim, read from the first bytes without decoding any
+// pixel data and without allocating. The sample path probes every image and
+// refuses one that claims more pixels than its limit before a decoder sees it
+// (a few KB of JPEG or PNG can claim 60000x60000 pixels).
+//
+// Formats: JPEG (the first SOF frame header: baseline, extended, progressive,
+// lossless, arithmetic; any colour space, CMYK included), PNG (IHDR), WebP
+// (VP8, VP8L and the VP8X canvas), BMP (BITMAPINFOHEADER and later, OS/2
+// core header) and binary or ASCII PNM (P1-P6). Every other format is refused
+// as unsupported, so OpenCV's other decoders (TIFF, JPEG 2000, OpenEXR,
+// Radiance HDR, Sun raster, ...) never see untrusted data.
+//
+// Pure functions; thread-safe.
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace stoker::server {
+
+enum class ImageCodec { kJpeg, kPng, kWebp, kBmp, kPnm };
+
+// "JPEG", "PNG", "WebP", "BMP" or "PNM".
+const char* ImageCodecName(ImageCodec codec);
+
+struct ImageHeader {
+  ImageCodec codec = ImageCodec::kJpeg;
+  // What the header claims, >= 1 each (a header claiming 0 is refused).
+  int64_t width = 0;
+  int64_t height = 0;
+  int64_t pixels() const { return width * height; }
+};
+
+// Reads the format and the claimed size. DataLoss, with a message that says
+// what is wrong ("not an image format this server decodes (starts with
+// 49 49 2a 00)", "JPEG: no frame header before the scan", "PNG: IHDR claims
+// width 0", ...), for bytes that are not a supported image or whose header is
+// malformed or cut off.
+absl::StatusOr<ImageHeader> ProbeImage(absl::string_view bytes);
+
+// PIL's Image.MAX_IMAGE_PIXELS: the default pixel limit of the sample path.
+inline constexpr int64_t kDefaultMaxImagePixels = 89478485;
+
+}  // namespace stoker::server
+
+#endif  // STOKER_SERVER_IMAGE_PROBE_H_
