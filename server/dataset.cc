@@ -2,8 +2,10 @@
 
 #include <glob.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <limits>
 #include <utility>
@@ -11,6 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "spdlog/spdlog.h"
 
 namespace stoker::server {
@@ -30,6 +34,7 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// All matches of `pattern`, sorted byte-wise; empty if none.
 absl::StatusOr<std::vector<std::string>> ExpandGlob(
     const std::string& name, const std::string& pattern) {
   glob_t matches{};
@@ -37,12 +42,7 @@ absl::StatusOr<std::vector<std::string>> ExpandGlob(
   std::vector<std::string> paths;
   if (rc == 0) {
     for (size_t i = 0; i < matches.gl_pathc; ++i) {
-      std::string path = matches.gl_pathv[i];
-      struct stat st;
-      if (absl::EndsWith(path, ".tar") && ::stat(path.c_str(), &st) == 0 &&
-          S_ISREG(st.st_mode)) {
-        paths.push_back(std::move(path));
-      }
+      paths.push_back(matches.gl_pathv[i]);
     }
   }
   ::globfree(&matches);
@@ -51,14 +51,42 @@ absl::StatusOr<std::vector<std::string>> ExpandGlob(
                                                "': glob(3) failed on '",
                                                pattern, "' (code ", rc, ")"));
   }
-  if (paths.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        "dataset '", name, "': no .tar shards match '", pattern, "'"));
-  }
   // glob(3) sorts by locale collation; the sample order must not depend on
   // the locale.
   std::sort(paths.begin(), paths.end());
   return paths;
+}
+
+bool HasShardName(const std::string& path) {
+  return absl::EndsWith(path, ".tar");
+}
+
+// Why the glob match `path` (named like a shard) cannot be indexed as a
+// regular file, or OK. stat(2) follows links, so a link to a shard is fine.
+absl::Status CheckShardFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    struct stat link;
+    if (err == ENOENT && ::lstat(path.c_str(), &link) == 0 &&
+        S_ISLNK(link.st_mode)) {
+      char target[4096];
+      const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+      return absl::NotFoundError(absl::StrCat(
+          "dangling symbolic link",
+          n > 0 ? absl::StrCat(" to '", absl::string_view(target, n), "'")
+                : ""));
+    }
+    return absl::ErrnoToStatus(err, "cannot stat");
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError("is a directory");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        "is not a regular file (a FIFO, socket or device)");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -80,40 +108,81 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   }
   absl::StatusOr<std::vector<std::string>> paths = ExpandGlob(name, glob);
   if (!paths.ok()) return paths.status();
-  if (paths->size() >
-      static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dataset '", name, "': too many shards"));
-  }
 
   std::vector<Shard> shards;
-  shards.reserve(paths->size());
-  for (size_t i = 0; i < paths->size(); ++i) {
-    const std::string& path = (*paths)[i];
+  std::vector<LeftOut> left_out;
+  // Error of the first .tar match left out, for when none is usable.
+  absl::Status first_failure;
+  int64_t shard_names = 0;
+  auto leave_out = [&](const std::string& path, const absl::Status& why) {
+    std::string reason(why.message());
+    spdlog::warn("dataset '{}': leaving out '{}': {}", name, path, reason);
+    left_out.push_back(LeftOut{path, std::move(reason)});
+    if (HasShardName(path) && first_failure.ok()) first_failure = why;
+  };
+  for (const std::string& path : *paths) {
+    if (!HasShardName(path)) {
+      leave_out(path, absl::InvalidArgumentError("name does not end in .tar"));
+      continue;
+    }
+    ++shard_names;
+    if (absl::Status status = CheckShardFile(path); !status.ok()) {
+      leave_out(path, status);
+      continue;
+    }
+    if (shards.size() >=
+        static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset '", name, "': too many shards"));
+    }
     absl::StatusOr<ShardIndex> index =
-        ShardIndex::Build(path, static_cast<int32_t>(i));
+        ShardIndex::Build(path, static_cast<int32_t>(shards.size()));
     if (!index.ok()) {
-      return absl::Status(
-          index.status().code(),
-          absl::StrCat("dataset '", name, "': ", index.status().message()));
+      leave_out(path, index.status());
+      continue;
     }
     absl::StatusOr<std::unique_ptr<ShardReader>> reader =
-        ShardReader::Open(path);
+        ShardReader::Open(*index);
     if (!reader.ok()) {
-      return absl::Status(
-          reader.status().code(),
-          absl::StrCat("dataset '", name, "': ", reader.status().message()));
+      leave_out(path, reader.status());
+      continue;
     }
-    if (!index->truncation().empty()) {
+    if (index->damaged()) {
       spdlog::warn(
-          "dataset '{}': shard '{}' is damaged; keeping the {} samples indexed "
-          "before the damage: {}",
-          name, path, index->samples().size(), index->truncation());
+          "dataset '{}': shard '{}' is damaged: {}; {} of its {} samples "
+          "are readable",
+          name, path, index->damage(),
+          static_cast<int64_t>(index->samples().size()) -
+              index->defective_samples(),
+          index->samples().size());
     }
     shards.push_back(Shard{*std::move(index), *std::move(reader), 0});
   }
 
-  std::unique_ptr<Dataset> dataset(new Dataset(name, std::move(shards)));
+  if (shard_names == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "dataset '", name, "': no .tar shards match '", glob, "'"));
+  }
+  if (shards.empty()) {
+    constexpr size_t kMaxListed = 5;
+    std::vector<std::string> listed;
+    for (const LeftOut& entry : left_out) {
+      if (!HasShardName(entry.path)) continue;
+      if (listed.size() == kMaxListed) {
+        listed.push_back("...");
+        break;
+      }
+      listed.push_back(absl::StrCat("'", entry.path, "': ", entry.reason));
+    }
+    return absl::Status(
+        first_failure.code(),
+        absl::StrCat("dataset '", name, "': none of the ", shard_names,
+                     " .tar files matching '", glob,
+                     "' can be served: ", absl::StrJoin(listed, "; ")));
+  }
+
+  std::unique_ptr<Dataset> dataset(
+      new Dataset(name, std::move(shards), std::move(left_out)));
   if (dataset->sample_count() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset '", name, "': the ", dataset->shard_count(),
@@ -122,21 +191,27 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   }
   spdlog::info(
       "dataset '{}': {} samples ({} defective) in {} shards, {} bytes, "
-      "fingerprint {}",
+      "fingerprint {}; {} damaged shards ({} bytes skipped), {} .tar files "
+      "left out, {} other matches ignored",
       name, dataset->sample_count(), dataset->defective_samples(),
-      dataset->shard_count(), dataset->total_bytes(), dataset->fingerprint());
+      dataset->shard_count(), dataset->total_bytes(), dataset->fingerprint(),
+      dataset->damaged_shards(), dataset->skipped_bytes(),
+      dataset->skipped_shards(), dataset->ignored_matches());
   return dataset;
 }
 
-Dataset::Dataset(std::string name, std::vector<Shard> shards)
-    : name_(std::move(name)), shards_([&] {
+Dataset::Dataset(std::string name, std::vector<Shard> shards,
+                 std::vector<LeftOut> left_out)
+    : name_(std::move(name)),
+      shards_([&] {
         int64_t first = 0;
         for (Shard& shard : shards) {
           shard.first_sample = first;
           first += static_cast<int64_t>(shard.index.samples().size());
         }
         return std::move(shards);
-      }()) {
+      }()),
+      left_out_(std::move(left_out)) {
   uint64_t hash = kFnv64Offset;
   for (const Shard& shard : shards_) {
     const int64_t samples = static_cast<int64_t>(shard.index.samples().size());
@@ -144,6 +219,8 @@ Dataset::Dataset(std::string name, std::vector<Shard> shards)
     total_bytes_ += shard.index.file_size();
     defective_samples_ += shard.index.defective_samples();
     if (!shard.index.truncation().empty()) ++truncated_shards_;
+    if (shard.index.damaged()) ++damaged_shards_;
+    skipped_bytes_ += shard.index.skipped_bytes();
     const std::string base = BaseName(shard.index.path());
     // The NUL keeps "ab"+"c" apart from "a"+"bc".
     hash = Fnv1a64(base.data(), base.size() + 1, hash);
@@ -151,6 +228,9 @@ Dataset::Dataset(std::string name, std::vector<Shard> shards)
     hash = HashU64(static_cast<uint64_t>(samples), hash);
   }
   fingerprint_ = absl::StrFormat("%016x", hash);
+  for (const LeftOut& entry : left_out_) {
+    ++(HasShardName(entry.path) ? skipped_shards_ : ignored_matches_);
+  }
 }
 
 size_t Dataset::ShardOf(int64_t index) const {

@@ -22,20 +22,46 @@
 namespace stoker::server {
 
 // Immutable after Open; every method is const and safe to call from many
-// threads at once. Owns one open file descriptor per shard for its lifetime
-// (so a dataset with more shards than RLIMIT_NOFILE allows cannot be opened).
+// threads at once. Owns one open file descriptor per served shard for its
+// lifetime (so a dataset with more shards than RLIMIT_NOFILE allows cannot be
+// opened).
 class Dataset {
  public:
-  // Expands `glob` with glob(3), keeps regular files whose name ends in
-  // ".tar", sorts them by path and indexes each (tar headers only) before
-  // returning. A shard that is truncated or corrupt part-way is logged with
-  // spdlog::warn and kept (its damaged samples become defective).
+  // A glob match that Open left out, and why (e.g. "dangling symbolic link",
+  // "is a directory", "name does not end in .tar", or the ShardIndex::Build
+  // error for an empty, unreadable or non-tar file).
+  struct LeftOut {
+    std::string path;
+    std::string reason;
+  };
+
+  // Expands `glob` with glob(3), sorts the matches by path (byte-wise) and
+  // indexes every regular file whose name ends in ".tar" (tar headers only)
+  // before returning.
+  //
+  // Nothing one file holds can stop the others from being served:
+  //   - a match that is not a usable shard is left out with a spdlog::warn
+  //     naming the path and the reason, and listed in left_out(): names
+  //     not ending in ".tar" (counted in ignored_matches()), and ".tar"
+  //     matches that are dangling symbolic links, directories or other
+  //     non-regular files, or that cannot be opened or indexed (zero bytes,
+  //     not a tar, unreadable, changed while being indexed; counted in
+  //     skipped_shards());
+  //   - a shard that is corrupt or cut short part-way is kept with its
+  //     intact samples (see ShardIndex::Build); a spdlog::warn says what
+  //     was lost (ShardIndex::damage()) and the damaged samples count as
+  //     defective.
+  // Left-out files take no shard position and do not enter the fingerprint.
   //
   // Errors (messages start with "dataset '<name>': "):
-  //   InvalidArgument  empty `glob`, or no samples in any shard.
-  //   NotFound         no .tar file matches `glob`.
-  //   DataLoss         a matched file is not a tar at all.
-  //   other            I/O errors opening or scanning a shard.
+  //   InvalidArgument  empty `glob`, or the shards served hold no samples.
+  //   NotFound         no match ends in ".tar".
+  //   (varies)         ".tar" files match but none can be served: the code
+  //                    of the first one's error (DataLoss for a file that
+  //                    is not a tar, NotFound for a dangling link,
+  //                    PermissionDenied, ...); the message lists them with
+  //                    their reasons.
+  //   Unavailable      glob(3) itself failed.
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& name,
                                                        const std::string& glob);
 
@@ -45,19 +71,37 @@ class Dataset {
   const std::string& name() const { return name_; }
   // All samples, defective ones included.
   int64_t sample_count() const { return sample_count_; }
+  // Shards served (left-out matches excluded).
   int32_t shard_count() const { return static_cast<int32_t>(shards_.size()); }
-  // Sum of the shard file sizes in bytes.
+  // Sum of the served shard file sizes in bytes.
   int64_t total_bytes() const { return total_bytes_; }
-  // Samples with a defect recorded at index time (Read fails on them).
+  // Samples with a defect recorded at index time (Read fails on them),
+  // including those lost to corruption or truncation.
   int64_t defective_samples() const { return defective_samples_; }
-  // Shards whose ShardIndex::truncation() is non-empty.
+  // Served shards whose ShardIndex::truncation() is non-empty.
   int32_t truncated_shards() const { return truncated_shards_; }
+  // Served shards that are corrupt or truncated (ShardIndex::damaged()).
+  int32_t damaged_shards() const { return damaged_shards_; }
+  // Bytes skipped over corrupt tar headers, summed over the served shards
+  // (ShardIndex::skipped_bytes()).
+  int64_t skipped_bytes() const { return skipped_bytes_; }
+  // ".tar" matches left out (see Open).
+  int32_t skipped_shards() const { return skipped_shards_; }
+  // Matches left out because their name does not end in ".tar".
+  int32_t ignored_matches() const { return ignored_matches_; }
+  // Every match left out, in path order (skipped_shards() +
+  // ignored_matches() entries).
+  const std::vector<LeftOut>& left_out() const { return left_out_; }
 
-  // 16 lowercase hex digits: FNV-1a 64 over, for each shard in order, its
-  // base name, file size and sample count. Stable across processes, hosts
-  // and directory moves; changes when a shard is added, removed, renamed,
-  // resized or re-indexed to a different sample count. Clients use it to
-  // check that two servers serve the same data.
+  // 16 lowercase hex digits: FNV-1a 64 over, for each served shard in order,
+  // its base name, file size and sample count. Stable across processes,
+  // hosts and directory moves; changes when a shard is added, removed,
+  // renamed, resized or re-indexed to a different sample count. Left-out
+  // matches do not contribute: the fingerprint describes what is served, so
+  // two servers that can read different sets of shards have different
+  // fingerprints, and a server that leaves out a file has the fingerprint
+  // of one that never saw it. Clients use it to check that two servers
+  // serve the same data.
   const std::string& fingerprint() const { return fingerprint_; }
 
   // Record of global sample `index`. Requires 0 <= index < sample_count()
@@ -72,7 +116,9 @@ class Dataset {
   // Reads global sample `index` into `*image_bytes` (capacity reused; see
   // ShardReader::ReadSample) and `*label`.
   // Errors: OutOfRange for an index outside [0, sample_count()); DataLoss
-  // naming the key and shard path for defective or unreadable samples.
+  // naming the key and shard path for defective or unreadable samples, and
+  // for every sample of a shard that changed on disk since Open (see
+  // ShardReader).
   absl::Status Read(int64_t index, std::string* image_bytes,
                     int32_t* label) const;
 
@@ -84,7 +130,8 @@ class Dataset {
     int64_t first_sample = 0;
   };
 
-  Dataset(std::string name, std::vector<Shard> shards);
+  Dataset(std::string name, std::vector<Shard> shards,
+          std::vector<LeftOut> left_out);
 
   // Position in shards_ of the shard holding global sample `index`.
   size_t ShardOf(int64_t index) const;
@@ -95,6 +142,11 @@ class Dataset {
   int64_t total_bytes_ = 0;
   int64_t defective_samples_ = 0;
   int32_t truncated_shards_ = 0;
+  int32_t damaged_shards_ = 0;
+  int64_t skipped_bytes_ = 0;
+  int32_t skipped_shards_ = 0;
+  int32_t ignored_matches_ = 0;
+  const std::vector<LeftOut> left_out_;
   std::string fingerprint_;
 };
 

@@ -10,14 +10,17 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 
 namespace stoker::server {
 namespace {
@@ -200,6 +203,121 @@ void SetDefect(SampleRecord* record, std::string defect) {
   if (record->defect.empty()) record->defect = std::move(defect);
 }
 
+int64_t RoundUpToBlock(int64_t size) {
+  return (size + kBlock - 1) / kBlock * kBlock;
+}
+
+// Whether `block` is a tar header we would trust after damage: correct
+// checksum, parsable size, a name, and either ustar/GNU magic with a known
+// type flag or an old-style (v7) header with one of its type flags. Only
+// used to resynchronise; normal parsing trusts any header whose checksum
+// and size parse.
+bool LooksLikeHeader(const char* block) {
+  if (block[kNameOff] == '\0' || !ChecksumMatches(block) ||
+      !ParseNumeric(block + kSizeOff, kSizeLen).has_value()) {
+    return false;
+  }
+  const char type = block[kTypeOff];
+  const char* magic = block + kMagicOff;
+  if (std::memcmp(magic, "ustar", 5) == 0 &&
+      (magic[5] == '\0' || magic[5] == ' ')) {
+    return type == '\0' || absl::string_view("01234567xgLKDMNSV").find(type) !=
+                               absl::string_view::npos;
+  }
+  const bool no_magic =
+      std::all_of(magic, magic + 8, [](char c) { return c == '\0'; });
+  return no_magic && (type == '\0' || (type >= '0' && type <= '2'));
+}
+
+// Offset of the first block at or after `from` (a multiple of kBlock) that
+// LooksLikeHeader, or nullopt if there is none before the end of the file.
+absl::StatusOr<std::optional<int64_t>> FindNextHeader(int fd, int64_t from,
+                                                      int64_t file_size,
+                                                      const std::string& path) {
+  constexpr int64_t kChunk = 128 * kBlock;
+  std::string chunk(kChunk, '\0');
+  for (int64_t start = from; start + kBlock <= file_size; start += kChunk) {
+    const int64_t want = std::min(kChunk, file_size - start);
+    absl::StatusOr<int64_t> n = PreadFully(fd, start, want, chunk.data(), path);
+    if (!n.ok()) return n.status();
+    for (int64_t at = 0; at + kBlock <= *n; at += kBlock) {
+      if (LooksLikeHeader(chunk.data() + at)) return start + at;
+    }
+    if (*n < want) break;  // The file shrank while we read it.
+  }
+  return std::nullopt;
+}
+
+// "1536 bytes at offset 2048 (corrupt tar header: bad checksum)".
+std::string DescribeRegion(const CorruptRegion& region, int64_t file_size) {
+  const bool to_end = region.offset + region.size >= file_size;
+  return absl::StrCat(region.size, " bytes at offset ", region.offset,
+                      to_end ? " up to the end of the file" : "",
+                      " (corrupt tar header: ", region.reason,
+                      to_end ? "; no valid header after it)" : ")");
+}
+
+// ShardIndex::damage(): empty if there are no regions and no truncation.
+std::string DescribeDamage(const std::vector<CorruptRegion>& regions,
+                           const std::string& truncation, int64_t skipped_bytes,
+                           int64_t damaged_samples, int64_t file_size) {
+  std::vector<std::string> parts;
+  if (!regions.empty()) {
+    constexpr size_t kMaxDescribed = 3;
+    std::vector<std::string> described;
+    for (size_t r = 0; r < regions.size() && r < kMaxDescribed; ++r) {
+      described.push_back(DescribeRegion(regions[r], file_size));
+    }
+    if (regions.size() > kMaxDescribed) {
+      described.push_back(
+          absl::StrCat("and ", regions.size() - kMaxDescribed, " more"));
+    }
+    parts.push_back(absl::StrCat(
+        "skipped ", skipped_bytes, " bytes in ", regions.size(),
+        regions.size() == 1 ? " corrupt stretch: " : " corrupt stretches: ",
+        absl::StrJoin(described, ", ")));
+  }
+  if (!truncation.empty())
+    parts.push_back(absl::StrCat("truncated: ", truncation));
+  if (parts.empty()) return "";
+  parts.push_back(absl::StrCat(
+      damaged_samples, damaged_samples == 1 ? " sample" : " samples",
+      " defective because of the damage",
+      regions.empty() ? ""
+                      : " (plus any samples wholly inside the skipped bytes, "
+                        "which are unknown)"));
+  return absl::StrJoin(parts, "; ");
+}
+
+std::string FormatMtime(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E9SZ", t, absl::UTCTimeZone());
+}
+
+// Non-empty if the file described by `st` is not the one with `size` and
+// `mtime` (and, when `inode` is non-zero, `device` and `inode`): the
+// parenthesised list of what differs.
+std::string StampChange(const struct stat& st, int64_t size, absl::Time mtime,
+                        uint64_t device = 0, uint64_t inode = 0) {
+  std::vector<std::string> changes;
+  if (inode != 0 && (static_cast<uint64_t>(st.st_dev) != device ||
+                     static_cast<uint64_t>(st.st_ino) != inode)) {
+    changes.push_back(absl::StrCat("inode ", inode, " -> ", st.st_ino));
+  }
+  const absl::Time now_mtime = absl::TimeFromTimespec(st.st_mtim);
+  if (st.st_size != size || now_mtime != mtime) {
+    changes.push_back(absl::StrCat("size ", size, " -> ", st.st_size,
+                                   " bytes, mtime ", FormatMtime(mtime), " -> ",
+                                   FormatMtime(now_mtime)));
+  }
+  if (changes.empty()) return "";
+  return absl::StrCat("(", absl::StrJoin(changes, ", "), ")");
+}
+
+std::string ChangedMessage(const std::string& path, const std::string& change) {
+  return absl::StrCat("shard '", path, "' changed since it was indexed ",
+                      change, "; restart the server to re-index it");
+}
+
 }  // namespace
 
 bool ParseLabel(const char* data, int64_t size, int32_t* label) {
@@ -218,7 +336,8 @@ bool ParseLabel(const char* data, int64_t size, int32_t* label) {
 
 absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
                                              int32_t shard_id) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not hang; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, "cannot open shard", path);
   struct FdCloser {
     int fd;
@@ -236,6 +355,9 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
   index.path_ = path;
   index.shard_id_ = shard_id;
   index.file_size_ = st.st_size;
+  index.mtime_ = absl::TimeFromTimespec(st.st_mtim);
+  index.device_ = static_cast<uint64_t>(st.st_dev);
+  index.inode_ = static_cast<uint64_t>(st.st_ino);
   const int64_t file_size = st.st_size;
   if (file_size < kBlock) {
     return absl::DataLossError(
@@ -243,9 +365,25 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
                      " bytes is shorter than one header"));
   }
 
+  std::vector<SampleRecord>& samples = index.samples_;
+  std::vector<CorruptRegion>& regions = index.corrupt_regions_;
   absl::flat_hash_map<std::string, size_t> by_key;
+  // Per sample: how many corrupt regions preceded its first member.
+  std::vector<size_t> first_region;
+  // Per sample: whether its defect is due to corruption or truncation.
+  std::vector<bool> damaged;
+  // Samples next to a corrupt region, and that region: defective at the end
+  // if they lack a member.
+  std::vector<std::pair<size_t, size_t>> near_region;
   // Sample a member cut off by truncation belongs to, if any.
   std::optional<size_t> cut_sample;
+  // Sample the last image or label member went to.
+  std::optional<size_t> last_sample;
+  // Region the next sample touched follows directly.
+  std::optional<size_t> after_region;
+  // Region whose corrupt pax/long-name record named the next member, which
+  // is therefore dropped.
+  std::optional<size_t> drop_member_of;
   std::optional<std::string> long_name;
   PaxOverrides pax;
   std::string meta;
@@ -269,6 +407,39 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
     return true;
   };
 
+  // Where indexing resumes after the corrupt header at `bad`: right after
+  // its member if `size_hint` (the damaged header's size field) leads to a
+  // valid header, else at the next valid header block; nullopt if no valid
+  // header follows.
+  auto find_resume = [&](int64_t bad, std::optional<int64_t> size_hint)
+      -> absl::StatusOr<std::optional<int64_t>> {
+    if (size_hint.has_value() && *size_hint <= file_size) {
+      const int64_t next = bad + kBlock + RoundUpToBlock(*size_hint);
+      if (next + kBlock <= file_size) {
+        absl::StatusOr<int64_t> n = PreadFully(fd, next, kBlock, block, path);
+        if (!n.ok()) return n.status();
+        if (*n == kBlock && LooksLikeHeader(block)) return next;
+      }
+    }
+    return FindNextHeader(fd, bad + kBlock, file_size, path);
+  };
+
+  // Records the stretch from the corrupt header at `bad` to `resume` (or to
+  // the end of the file) as a CorruptRegion.
+  auto skip_corrupt = [&](int64_t bad, std::optional<int64_t> resume,
+                          std::string reason, bool loses_next_member) {
+    const size_t region = regions.size();
+    regions.push_back(CorruptRegion{bad, resume.value_or(file_size) - bad,
+                                    std::move(reason)});
+    if (last_sample.has_value()) near_region.emplace_back(*last_sample, region);
+    after_region = region;
+    // A pending long name or pax record belonged to the damaged member.
+    long_name.reset();
+    pax = PaxOverrides();
+    drop_member_of.reset();
+    if (loses_next_member && resume.has_value()) drop_member_of = region;
+  };
+
   while (true) {
     if (offset + kBlock > file_size) {
       index.truncation_ =
@@ -285,55 +456,98 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
           absl::StrCat("header at offset ", offset, " is cut off");
       break;
     }
-    if (IsZeroBlock(block)) break;  // End-of-archive marker.
+    if (IsZeroBlock(block)) {
+      // The end-of-archive marker, unless valid headers follow: then a
+      // header block was zeroed (or archives were concatenated).
+      absl::StatusOr<std::optional<int64_t>> resume =
+          find_resume(offset, std::nullopt);
+      if (!resume.ok()) return resume.status();
+      if (!resume->has_value()) break;
+      skip_corrupt(offset, *resume, "all-zero block with more members after it",
+                   /*loses_next_member=*/false);
+      offset = **resume;
+      continue;
+    }
+
+    // A corrupt header: record it and carry on at the next valid one.
+    std::optional<std::string> corrupt;
+    std::optional<int64_t> size_hint;
+    bool loses_next_member = false;
+    std::optional<int64_t> size = ParseNumeric(block + kSizeOff, kSizeLen);
+    const char type = block[kTypeOff];
+    const bool regular = type == '0' || type == '\0' || type == '7';
     if (!ChecksumMatches(block)) {
       if (offset == 0) {
         return absl::DataLossError(absl::StrCat(
             "shard '", path, "' is not a tar file: bad header checksum"));
       }
-      index.truncation_ = absl::StrCat("corrupt tar header at offset ", offset,
-                                       " (bad checksum)");
-      break;
-    }
-    std::optional<int64_t> size = ParseNumeric(block + kSizeOff, kSizeLen);
-    const char type = block[kTypeOff];
-    const bool regular = type == '0' || type == '\0' || type == '7';
-    if (regular && pax.size.has_value()) size = pax.size;
-    if (!size.has_value()) {
+      corrupt = "bad checksum";
+      size_hint = size;
+      // If it was a long-name or pax header, it named the next member.
+      loses_next_member = type == 'L' || type == 'x';
+    } else if (!size.has_value()) {
       if (offset == 0) {
         return absl::DataLossError(absl::StrCat(
             "shard '", path, "' is not a tar file: bad size field"));
       }
-      index.truncation_ = absl::StrCat("corrupt tar header at offset ", offset,
-                                       " (bad size field)");
-      break;
+      corrupt = "bad size field";
+    } else if ((type == 'L' || type == 'x') && *size > kMaxMetaMemberBytes) {
+      corrupt = absl::StrCat(*size, "-byte ", type == 'L' ? "long-name" : "pax",
+                             " record");
+      size_hint = size;
+      loses_next_member = true;
     }
-    const int64_t data_offset = offset + kBlock;
-    const int64_t data_end = data_offset + *size;
-    const int64_t next = data_offset + (*size + kBlock - 1) / kBlock * kBlock;
-
-    if (type == 'L' || type == 'x') {
-      if (*size > kMaxMetaMemberBytes) {
-        index.truncation_ =
-            absl::StrCat("corrupt tar header at offset ", offset, " (", *size,
-                         "-byte name record)");
-        break;
+    if (!corrupt.has_value() && type == 'x') {
+      absl::StatusOr<bool> complete = read_meta(offset + kBlock, *size);
+      if (!complete.ok()) return complete.status();
+      if (!*complete) break;
+      PaxOverrides parsed = pax;
+      if (!ParsePax(meta, &parsed)) {
+        corrupt = "unparsable pax record";
+        size_hint = size;
+        loses_next_member = true;
+      } else {
+        pax = std::move(parsed);
+        offset += kBlock + RoundUpToBlock(*size);
+        continue;
       }
+    }
+    if (corrupt.has_value()) {
+      absl::StatusOr<std::optional<int64_t>> resume =
+          find_resume(offset, size_hint);
+      if (!resume.ok()) return resume.status();
+      skip_corrupt(offset, *resume, *std::move(corrupt), loses_next_member);
+      if (!resume->has_value()) break;
+      offset = **resume;
+      continue;
+    }
+
+    if (regular && pax.size.has_value()) size = pax.size;
+    const int64_t data_offset = offset + kBlock;
+    // Compared before any sum, which a huge size would overflow.
+    const bool cut_off = *size > file_size - data_offset;
+    const int64_t next =
+        cut_off ? file_size : data_offset + RoundUpToBlock(*size);
+    auto note_cut_off = [&](absl::string_view what) {
+      index.truncation_ =
+          absl::StrCat(what, " needs ", *size, " bytes at offset ", data_offset,
+                       " but the file has ", file_size, " bytes");
+    };
+
+    if (type == 'L') {
       absl::StatusOr<bool> complete = read_meta(data_offset, *size);
       if (!complete.ok()) return complete.status();
       if (!*complete) break;
-      if (type == 'L') {
-        long_name =
-            std::string(CString(meta.data(), static_cast<int>(meta.size())));
-      } else if (!ParsePax(meta, &pax)) {
-        index.truncation_ =
-            absl::StrCat("corrupt pax header at offset ", offset);
-        break;
-      }
+      long_name =
+          std::string(CString(meta.data(), static_cast<int>(meta.size())));
       offset = next;
       continue;
     }
     if (type == 'g' || type == 'K') {  // Global pax header, GNU long link name.
+      if (cut_off) {
+        note_cut_off(absl::StrCat("header data at offset ", offset));
+        break;
+      }
       offset = next;
       continue;
     }
@@ -343,30 +557,50 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
                                                : HeaderName(block);
     pax = PaxOverrides();
     long_name.reset();
+    if (cut_off) note_cut_off(absl::StrCat("member '", name, "'"));
     if (!regular) {  // Directories, links, devices, sparse files, ...
+      if (cut_off) break;
+      drop_member_of.reset();
+      offset = next;
+      continue;
+    }
+    if (drop_member_of.has_value()) {
+      // Its real name was in the corrupt record; the header only holds a
+      // cut-down one, which must not become a key.
+      CorruptRegion& region = regions[*drop_member_of];
+      drop_member_of.reset();
+      region.size = next - region.offset;
+      if (cut_off) break;
       offset = next;
       continue;
     }
 
     MemberName member = ClassifyMember(name);
-    const bool cut_off = data_end > file_size;
-    if (cut_off) {
-      index.truncation_ =
-          absl::StrCat("member '", name, "' needs bytes [", data_offset, ", ",
-                       data_end, ") but the file has ", file_size, " bytes");
-    }
     if (member.kind != MemberKind::kIgnored) {
-      auto [it, inserted] =
-          by_key.try_emplace(member.key, index.samples_.size());
+      auto [it, inserted] = by_key.try_emplace(member.key, samples.size());
       if (inserted) {
         SampleRecord record;
         record.key = member.key;
         record.shard = shard_id;
-        index.samples_.push_back(std::move(record));
+        samples.push_back(std::move(record));
+        first_region.push_back(regions.size());
+        damaged.push_back(false);
       }
-      SampleRecord& record = index.samples_[it->second];
+      const size_t i = it->second;
+      SampleRecord& record = samples[i];
+      last_sample = i;
+      if (after_region.has_value()) {
+        near_region.emplace_back(i, *after_region);
+        after_region.reset();
+      }
+      if (first_region[i] != regions.size() && record.defect.empty()) {
+        record.defect =
+            absl::StrCat("members on both sides of damaged data: ",
+                         DescribeRegion(regions[first_region[i]], file_size));
+        damaged[i] = true;
+      }
       if (cut_off) {
-        cut_sample = it->second;
+        cut_sample = i;
       } else if (member.kind == MemberKind::kImage) {
         if (record.image_offset >= 0) {
           SetDefect(&record,
@@ -394,32 +628,85 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
     offset = next;
   }
 
+  auto incomplete = [](const SampleRecord& record) {
+    return record.image_offset < 0 || record.label_offset < 0;
+  };
   if (!index.truncation_.empty()) {
     // The member that was cut off, and the last sample if it is incomplete
     // (its other members most likely followed the cut), are lost to the
     // truncation rather than to bad data.
     const std::string defect =
         absl::StrCat("truncated shard: ", index.truncation_);
-    if (cut_sample.has_value()) index.samples_[*cut_sample].defect = defect;
-    if (!index.samples_.empty()) {
-      SampleRecord& last = index.samples_.back();
-      if (last.image_offset < 0 || last.label_offset < 0) last.defect = defect;
+    if (cut_sample.has_value()) {
+      samples[*cut_sample].defect = defect;
+      damaged[*cut_sample] = true;
+    }
+    if (!samples.empty() && incomplete(samples.back())) {
+      samples.back().defect = defect;
+      damaged.back() = true;
     }
   }
-  for (SampleRecord& record : index.samples_) {
+  for (const auto& [i, region] : near_region) {
+    if (incomplete(samples[i]) && samples[i].defect.empty()) {
+      samples[i].defect =
+          absl::StrCat("a member may be lost in damaged data: ",
+                       DescribeRegion(regions[region], file_size));
+      damaged[i] = true;
+    }
+  }
+  for (size_t i = 0; i < samples.size(); ++i) {
+    SampleRecord& record = samples[i];
     if (record.image_offset < 0) SetDefect(&record, "no image member");
     if (record.label_offset < 0) SetDefect(&record, "no label member");
     if (record.image_size == 0) SetDefect(&record, "empty image member");
     if (!record.defect.empty()) ++index.defective_samples_;
+    if (damaged[i]) ++index.damaged_samples_;
   }
+
+  for (const CorruptRegion& region : regions) {
+    index.skipped_bytes_ += region.size;
+  }
+  index.damage_ =
+      DescribeDamage(regions, index.truncation_, index.skipped_bytes_,
+                     index.damaged_samples_, file_size);
   return index;
 }
 
 absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
     const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, "cannot open shard", path);
-  return std::unique_ptr<ShardReader>(new ShardReader(path, fd));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "cannot stat", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard '", path, "' is not a regular file"));
+  }
+  return std::unique_ptr<ShardReader>(new ShardReader(
+      path, fd, st.st_size, absl::TimeFromTimespec(st.st_mtim)));
+}
+
+absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
+    const ShardIndex& index) {
+  const std::string& path = index.path();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open shard", path);
+  // Owned by the reader from here on, so every return below closes it.
+  std::unique_ptr<ShardReader> reader(
+      new ShardReader(path, fd, index.file_size(), index.mtime()));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
+  const std::string change = StampChange(st, index.file_size(), index.mtime(),
+                                         index.device(), index.inode());
+  if (!change.empty()) {
+    return absl::DataLossError(ChangedMessage(path, change));
+  }
+  return reader;
 }
 
 ShardReader::~ShardReader() { ::close(fd_); }
@@ -441,14 +728,40 @@ absl::Status ShardReader::ReadFully(const SampleRecord& record, int64_t offset,
   return absl::OkStatus();
 }
 
+absl::Status ShardReader::CheckUnchanged(const SampleRecord& record) const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) {
+    return ErrnoStatus(
+        errno, absl::StrCat("sample '", record.key, "': cannot stat shard"),
+        path_);
+  }
+  const std::string change = StampChange(st, size_, mtime_);
+  if (change.empty()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "sample '", record.key, "': ", ChangedMessage(path_, change)));
+}
+
 absl::Status ShardReader::ReadSample(const SampleRecord& record,
                                      std::string* image_bytes,
                                      int32_t* label) const {
+  if (!record.defect.empty()) {
+    return absl::DataLossError(absl::StrCat(
+        "sample '", record.key, "' in shard '", path_, "': ", record.defect));
+  }
+  const absl::Status status = ReadUnchecked(record, image_bytes, label);
+  // Checked after reading: a change that happened during the read shows
+  // here, and its message beats a short read or a garbled label.
+  const absl::Status unchanged = CheckUnchanged(record);
+  return unchanged.ok() ? status : unchanged;
+}
+
+absl::Status ShardReader::ReadUnchecked(const SampleRecord& record,
+                                        std::string* image_bytes,
+                                        int32_t* label) const {
   auto data_loss = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("sample '", record.key,
                                             "' in shard '", path_, "': ", why));
   };
-  if (!record.defect.empty()) return data_loss(record.defect);
   if (record.image_offset < 0 || record.image_size < 0) {
     return data_loss("no image member");
   }

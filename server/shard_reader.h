@@ -21,9 +21,11 @@
 // Members with any other extension are ignored; a key that only has ignored
 // members produces no sample.
 //
-// Indexing (ShardIndex) reads only tar headers and seeks over member data;
-// reading (ShardReader) preads member data by the offsets recorded in the
-// index.
+// Indexing (ShardIndex) reads only tar headers and seeks over member data
+// (it scans for headers only after a corrupt one and in the bytes after the
+// end-of-archive marker, normally a few blocks of padding); reading
+// (ShardReader) preads member data by the offsets recorded in the index and
+// refuses to serve a shard that changed since it was indexed.
 
 #include <cstdint>
 #include <memory>
@@ -32,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace stoker::server {
 
@@ -56,9 +59,25 @@ struct SampleRecord {
   // Empty for a sample that looked usable at index time. Otherwise a short
   // human-readable reason the sample cannot be read, e.g. "no label member",
   // "no image member", "empty image member", "duplicate image member
-  // 'x.png'", "truncated shard: ...". ShardReader::ReadSample refuses such a
-  // record with DataLoss carrying this text.
+  // 'x.png'", "truncated shard: ...", "a member may be lost in damaged
+  // data: ...", "members on both sides of damaged data: ..." (see
+  // ShardIndex::Build). ShardReader::ReadSample refuses such a record with
+  // DataLoss carrying this text.
   std::string defect;
+};
+
+// A stretch of a shard that indexing skipped because a tar header in it was
+// corrupt. Plain value type.
+struct CorruptRegion {
+  // Byte offset of the corrupt header (512-aligned).
+  int64_t offset = 0;
+  // Bytes skipped: from `offset` to the next valid header found (or to the
+  // end of the file if none was found).
+  int64_t size = 0;
+  // What was wrong with the header: "bad checksum", "bad size field",
+  // "unparsable pax record", "<n>-byte long-name record" (or "pax record"),
+  // or "all-zero block with more members after it".
+  std::string reason;
 };
 
 // The result of scanning one shard's tar headers. Immutable after Build;
@@ -70,23 +89,59 @@ class ShardIndex {
   static constexpr int64_t kMaxLabelBytes = 64;
 
   // Scans the tar headers of `path`, never reading member data (GNU long
-  // names and pax headers are header data and are read). `shard_id` is copied
-  // into every record's `shard`.
+  // names and pax headers are header data and are read) except to look for
+  // the next header after a corrupt one or after the end-of-archive marker.
+  // `shard_id` is copied into every record's `shard`.
   //
   // Errors:
   //   NotFound     `path` does not exist.
   //   DataLoss     the file is not a tar at all: it is shorter than one
-  //                header, or its first header has a bad checksum or size.
+  //                header (a zero-byte file included), or its first header
+  //                has a bad checksum or size.
   //   InvalidArgument  `path` is not a regular file (e.g. a directory).
   //   other codes  I/O errors from open/fstat/pread (mapped from errno).
   //
-  // A shard that is cut short or corrupt part-way is NOT an error: every
-  // sample indexed before the damage is kept, samples whose members were cut
-  // off (or whose remaining members may have been lost) get the defect
-  // "truncated shard: <reason>", and truncation() returns the reason. A
-  // missing end-of-archive marker, a later header with a bad checksum and an
-  // unparsable pax record also count as truncation. An archive whose first
-  // block is all zeros is a valid empty shard.
+  // Damage after the first header is NOT an error; it is recorded and every
+  // intact sample is kept:
+  //
+  //   Corruption. Normal parsing goes from header to header by the sizes in
+  //   the headers, so member data is never taken for a header. When a header
+  //   after the first is corrupt (bad checksum, unparsable size field, an
+  //   unparsable pax record or an oversized GNU long-name/pax record), the
+  //   reader resynchronises:
+  //     - if the corrupt header's size field still parses and the block it
+  //       points to is a valid header, only that member is skipped (a
+  //       damaged name or mode, the common case; the member's data is not
+  //       scanned, so data that looks like tar headers is never mistaken
+  //       for them);
+  //     - otherwise it scans forward block by block (512-byte aligned) for
+  //       the next block that is a valid header: correct checksum, parsable
+  //       size, a known type flag, a name, and ustar/GNU magic or an
+  //       old-style (v7) header. Only member data that holds well-formed
+  //       tar headers (e.g. a tar archive stored as a member) can fool this
+  //       scan, and only when the damage forces a scan through that data.
+  //     A corrupt pax or GNU long-name record also loses the member it
+  //     names (its own header holds at most a cut-down name). An all-zero
+  //     block where a header is due is the end-of-archive marker only if no
+  //     valid header follows it anywhere in the file; otherwise it is a
+  //     zeroed header and handled like a corrupt one (so archives joined
+  //     with cat(1) are read whole and reported as damaged).
+  //   Each skipped stretch is a CorruptRegion. Samples that may have lost a
+  //   member in it become defective with a reason naming the stretch: the
+  //   sample being assembled just before it (if it lacks an image or
+  //   label), the first sample after it (likewise), and any sample whose
+  //   key has members on both sides of it. Samples wholly on one side are
+  //   intact. Samples whose members all lay inside the stretch are unknown
+  //   and not counted anywhere. A stretch with no valid header after it runs
+  //   to the end of the file; that is corruption, not truncation.
+  //
+  //   Truncation. A file cut short (a header or member data past the end,
+  //   header data cut off, no end-of-archive marker) keeps every sample
+  //   indexed before the cut; samples whose members were cut off (or whose
+  //   remaining members may have been lost) get the defect
+  //   "truncated shard: <reason>", and truncation() returns the reason.
+  //
+  // An archive whose first block is all zeros is a valid empty shard.
   static absl::StatusOr<ShardIndex> Build(const std::string& path,
                                           int32_t shard_id);
 
@@ -94,14 +149,41 @@ class ShardIndex {
   int32_t shard_id() const { return shard_id_; }
   // Size of the shard file in bytes when it was indexed.
   int64_t file_size() const { return file_size_; }
+  // Modification time of the shard file when it was indexed (st_mtim, with
+  // nanoseconds). ShardReader refuses samples once size or mtime differ.
+  absl::Time mtime() const { return mtime_; }
+  // Device and inode numbers of the file that was indexed.
+  uint64_t device() const { return device_; }
+  uint64_t inode() const { return inode_; }
   // Samples in the order their first member appears in the tar, defective
   // ones included.
   const std::vector<SampleRecord>& samples() const { return samples_; }
-  // Number of samples with a non-empty defect.
+  // Number of samples with a non-empty defect (damaged_samples() included).
   int64_t defective_samples() const { return defective_samples_; }
-  // Empty for an intact shard; otherwise why indexing stopped early, e.g.
-  // "member 'a.jpg' needs bytes [512, 10752) but the file has 4000 bytes".
+  // Number of samples that are defective because of corruption or
+  // truncation (see Build).
+  int64_t damaged_samples() const { return damaged_samples_; }
+  // Empty for a shard that is not cut short; otherwise why indexing stopped
+  // early, e.g. "member 'a.jpg' needs 10240 bytes at offset 512 but the
+  // file has 4000 bytes".
   const std::string& truncation() const { return truncation_; }
+  // Stretches skipped after corrupt headers, in file order.
+  const std::vector<CorruptRegion>& corrupt_regions() const {
+    return corrupt_regions_;
+  }
+  // Sum of corrupt_regions()' sizes.
+  int64_t skipped_bytes() const { return skipped_bytes_; }
+  // True if the shard is corrupt or truncated.
+  bool damaged() const {
+    return !truncation_.empty() || !corrupt_regions_.empty();
+  }
+  // Empty for an undamaged shard; otherwise one human-readable line saying
+  // what was lost, e.g. "skipped 1536 bytes in 1 corrupt stretch: 1536 bytes
+  // at offset 2048 (corrupt tar header: bad checksum); 1 sample defective
+  // because of the damage (plus any samples wholly inside the skipped bytes,
+  // which are unknown)". Only the first few stretches are described one by
+  // one; the truncation, if any, is included.
+  const std::string& damage() const { return damage_; }
 
  private:
   ShardIndex() = default;
@@ -109,25 +191,54 @@ class ShardIndex {
   std::string path_;
   int32_t shard_id_ = 0;
   int64_t file_size_ = 0;
+  absl::Time mtime_;
+  uint64_t device_ = 0;
+  uint64_t inode_ = 0;
   std::vector<SampleRecord> samples_;
   int64_t defective_samples_ = 0;
+  int64_t damaged_samples_ = 0;
   std::string truncation_;
+  std::vector<CorruptRegion> corrupt_regions_;
+  int64_t skipped_bytes_ = 0;
+  std::string damage_;
 };
 
 // Reads sample data from one shard file. The file is opened once and read
 // with pread(2), so there is no shared file position: all methods are const
 // and safe to call from many threads at once. Not copyable or movable; owns
 // the file descriptor and closes it on destruction.
+//
+// Changed shards. The reader remembers the file's size and mtime (from the
+// index, or from open time) and checks them with fstat(2) on its descriptor
+// after every read; once either differs, every ReadSample fails with
+// DataLoss ("shard <path> changed since it was indexed ...; restart the
+// server to re-index"), so bytes written over a shard in place are never
+// served under the old index's keys. A shard replaced by rename(2) is a new
+// inode: the reader keeps reading the old one through its descriptor, which
+// stays consistent with the index, so it keeps serving the indexed data.
+// A change that keeps both size and mtime is not detected: one that resets
+// the mtime (utimensat, touch -r), or a same-size rewrite within the file
+// system's timestamp granularity of the indexing. The check costs one
+// fstat(2) per ReadSample.
 class ShardReader {
  public:
   // When a sample's image and label members are separated by fewer than this
   // many bytes, ReadSample reads both with one pread of the covering span.
   static constexpr int64_t kMaxCoalesceGap = 64 * 1024;
 
-  // Opens `path` read-only. NotFound if it does not exist; other errno-mapped
-  // codes for other open failures.
+  // Opens `path` read-only; the file's size and mtime at open time are the
+  // reference for later change checks. NotFound if it does not exist;
+  // InvalidArgument if it is not a regular file; other errno-mapped codes
+  // for other open failures.
   static absl::StatusOr<std::unique_ptr<ShardReader>> Open(
       const std::string& path);
+
+  // Opens `index.path()` read-only; the index's size and mtime are the
+  // reference. DataLoss if the file opened is not the one indexed (another
+  // inode, size or mtime): it changed between indexing and opening. Open
+  // errors as above.
+  static absl::StatusOr<std::unique_ptr<ShardReader>> Open(
+      const ShardIndex& index);
 
   ~ShardReader();
   ShardReader(const ShardReader&) = delete;
@@ -142,22 +253,32 @@ class ShardReader {
   // parsed label into `*label`. Both outputs must be non-null.
   //
   // Errors (all DataLoss, the message names the key and the shard path):
-  //   the record has a defect; the file is shorter than the record says
-  //   (short read); the label is not decimal integer text in [0, INT32_MAX]
-  //   after trimming ASCII whitespace. Other errno-mapped codes for pread
-  //   failures. On error the outputs are unspecified.
+  //   the record has a defect; the shard changed since it was indexed (see
+  //   above); the file is shorter than the record says (short read); the
+  //   label is not decimal integer text in [0, INT32_MAX] after trimming
+  //   ASCII whitespace. Other errno-mapped codes for pread/fstat failures.
+  //   On error the outputs are unspecified.
   absl::Status ReadSample(const SampleRecord& record, std::string* image_bytes,
                           int32_t* label) const;
 
  private:
-  ShardReader(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ShardReader(std::string path, int fd, int64_t size, absl::Time mtime)
+      : path_(std::move(path)), fd_(fd), size_(size), mtime_(mtime) {}
 
+  // Reads the sample without checking the file's stamp.
+  absl::Status ReadUnchecked(const SampleRecord& record,
+                             std::string* image_bytes, int32_t* label) const;
+  // DataLoss if the file's size or mtime differ from size_ and mtime_.
+  absl::Status CheckUnchanged(const SampleRecord& record) const;
   // Reads exactly `size` bytes at `offset` into `dst`; DataLoss on EOF.
   absl::Status ReadFully(const SampleRecord& record, int64_t offset,
                          int64_t size, char* dst) const;
 
   const std::string path_;
   const int fd_;
+  // Size and mtime of the file as indexed.
+  const int64_t size_;
+  const absl::Time mtime_;
 };
 
 // Parses label member text: ASCII whitespace is trimmed, the rest must be a

@@ -1,10 +1,14 @@
 #include "server/dataset.h"
 #include "tests/testing/temp_dir.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,8 +22,11 @@ namespace {
 
 using ::stoker::tools::SampleShardsOptions;
 using ::stoker::tools::WriteTarFile;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::MatchesRegex;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 class DatasetTest : public ::testing::Test {
@@ -43,6 +50,47 @@ class DatasetTest : public ::testing::Test {
     options.seed = 7;
     options.png_fraction = 0.3;
     return options;
+  }
+
+  // Writes `data` to `path`, creating parent directories.
+  static void WriteBytes(const std::string& path, const std::string& data) {
+    const size_t slash = path.rfind('/');
+    ASSERT_EQ(
+        std::system(
+            absl::StrCat("mkdir -p '", path.substr(0, slash), "'").c_str()),
+        0);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << data;
+    ASSERT_TRUE(out.good());
+  }
+
+  static std::string ReadBytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  // Rewrites `path` through its own inode (O_TRUNC, no rename) and moves its
+  // mtime 10 s ahead, so the change shows even within one clock tick.
+  static void OverwriteInPlace(const std::string& path,
+                               const std::string& data) {
+    struct stat before;
+    ASSERT_EQ(::stat(path.c_str(), &before), 0);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, data.data(), data.size()),
+              static_cast<ssize_t>(data.size()));
+    ASSERT_EQ(::close(fd), 0);
+    struct timespec times[2];
+    times[0].tv_sec = 0;
+    times[0].tv_nsec = UTIME_OMIT;
+    times[1] = before.st_mtim;
+    times[1].tv_sec += 10;
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+    struct stat after;
+    ASSERT_EQ(::stat(path.c_str(), &after), 0);
+    ASSERT_EQ(after.st_ino, before.st_ino);
   }
 
   std::unique_ptr<Dataset> OpenOrDie(const std::string& glob) {
@@ -117,6 +165,8 @@ TEST_F(DatasetTest, OrdersShardsByPathAndSkipsEmptyShards) {
   std::unique_ptr<Dataset> dataset = OpenOrDie(Path("*"));
   ASSERT_NE(dataset, nullptr);
   EXPECT_EQ(dataset->shard_count(), 3);  // d.tar.partial is not a .tar.
+  EXPECT_EQ(dataset->ignored_matches(), 1);
+  EXPECT_EQ(dataset->skipped_shards(), 0);
   ASSERT_EQ(dataset->sample_count(), 3);
   EXPECT_EQ(dataset->record(0).key, "a0");
   EXPECT_EQ(dataset->record(1).key, "a1");
@@ -223,7 +273,7 @@ TEST_F(DatasetTest, GlobMatchingNothingIsNotFound) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(DatasetTest, NonTarShardIsDataLoss) {
+TEST_F(DatasetTest, LeavesOutUnusableShardsAndKeepsServingTheRest) {
   ASSERT_TRUE(
       WriteTarFile(Path("a.tar"), {{"a.jpg", "A"}, {"a.cls", "0"}}).ok());
   ASSERT_EQ(
@@ -231,10 +281,144 @@ TEST_F(DatasetTest, NonTarShardIsDataLoss) {
                                Path("b.tar"), "'")
                       .c_str()),
       0);
+  WriteBytes(Path("c.tar"), "");  // Zero bytes.
+  ASSERT_TRUE(
+      WriteTarFile(Path("d.tar"), {{"d.jpg", "D"}, {"d.cls", "3"}}).ok());
+  std::unique_ptr<Dataset> dataset = OpenOrDie(Path("*.tar"));
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(dataset->shard_count(), 2);
+  EXPECT_EQ(dataset->skipped_shards(), 2);
+  EXPECT_EQ(dataset->ignored_matches(), 0);
+  ASSERT_EQ(dataset->left_out().size(), 2u);
+  EXPECT_EQ(dataset->left_out()[0].path, Path("b.tar"));
+  EXPECT_EQ(dataset->left_out()[1].path, Path("c.tar"));
+  for (const Dataset::LeftOut& left_out : dataset->left_out()) {
+    EXPECT_THAT(left_out.reason, Not(IsEmpty())) << left_out.path;
+  }
+  ASSERT_EQ(dataset->sample_count(), 2);
+  EXPECT_EQ(dataset->record(1).key, "d");
+  EXPECT_EQ(dataset->record(1).shard, 1);
+  EXPECT_EQ(dataset->shard_path(1), Path("d.tar"));
+  std::string image;
+  int32_t label = -1;
+  ASSERT_TRUE(dataset->Read(1, &image, &label).ok());
+  EXPECT_EQ(image, "D");
+  EXPECT_EQ(label, 3);
+}
+
+TEST_F(DatasetTest, FingerprintCoversOnlyTheShardsServed) {
+  for (const std::string sub : {"all", "some", "only"}) {
+    ASSERT_EQ(::mkdir(Path(sub).c_str(), 0755), 0);
+    ASSERT_TRUE(
+        WriteTarFile(Path(sub + "/a.tar"), {{"a.jpg", "A"}, {"a.cls", "0"}})
+            .ok());
+  }
+  ASSERT_TRUE(
+      WriteTarFile(Path("all/b.tar"), {{"b.jpg", "B"}, {"b.cls", "1"}}).ok());
+  WriteBytes(Path("some/b.tar"), "");
+  std::unique_ptr<Dataset> all = OpenOrDie(Path("all/*.tar"));
+  std::unique_ptr<Dataset> some = OpenOrDie(Path("some/*.tar"));
+  std::unique_ptr<Dataset> only = OpenOrDie(Path("only/*.tar"));
+  ASSERT_NE(all, nullptr);
+  ASSERT_NE(some, nullptr);
+  ASSERT_NE(only, nullptr);
+  // A server that cannot read b.tar serves less, and says so.
+  EXPECT_NE(some->fingerprint(), all->fingerprint());
+  // What is left out does not count: the same as never having matched it.
+  EXPECT_EQ(some->fingerprint(), only->fingerprint());
+}
+
+TEST_F(DatasetTest, NoUsableShardIsAnErrorNamingThem) {
+  WriteBytes(Path("a.tar"), "");
+  WriteBytes(Path("b.tar"), std::string(4096, 'z'));
   absl::StatusOr<std::unique_ptr<Dataset>> dataset =
       Dataset::Open("x", Path("*.tar"));
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(dataset.status().message()),
+              StartsWith("dataset 'x': "));
+  EXPECT_THAT(dataset.status().message(), HasSubstr(Path("a.tar")));
   EXPECT_THAT(dataset.status().message(), HasSubstr(Path("b.tar")));
+}
+
+TEST_F(DatasetTest, CountsEveryGlobMatchItLeavesOut) {
+  ASSERT_TRUE(
+      WriteTarFile(Path("a.tar"), {{"a.jpg", "A"}, {"a.cls", "0"}}).ok());
+  ASSERT_EQ(::symlink(Path("gone.tar").c_str(), Path("dangling.tar").c_str()),
+            0);
+  ASSERT_EQ(::mkdir(Path("dir.tar").c_str(), 0755), 0);
+  ASSERT_EQ(::mkfifo(Path("fifo.tar").c_str(), 0644), 0);
+  WriteBytes(Path("notes.txt"), "not a shard");
+  std::unique_ptr<Dataset> dataset = OpenOrDie(Path("*"));
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(dataset->shard_count(), 1);
+  EXPECT_EQ(dataset->skipped_shards(), 3);   // dangling, dir, fifo
+  EXPECT_EQ(dataset->ignored_matches(), 1);  // notes.txt
+  std::vector<std::string> paths;
+  for (const Dataset::LeftOut& left_out : dataset->left_out()) {
+    paths.push_back(left_out.path);
+    EXPECT_THAT(left_out.reason, Not(IsEmpty())) << left_out.path;
+  }
+  EXPECT_THAT(paths, ElementsAre(Path("dangling.tar"), Path("dir.tar"),
+                                 Path("fifo.tar"), Path("notes.txt")));
+}
+
+TEST_F(DatasetTest, CountsSamplesLostToACorruptHeaderMidShard) {
+  const SampleShardsOptions options = SmallOptions("gen");
+  ASSERT_TRUE(tools::WriteSampleShards(options).ok());
+  const std::string victim = tools::SampleShardPath(options, 1);
+  {
+    absl::StatusOr<ShardIndex> index = ShardIndex::Build(victim, 1);
+    ASSERT_TRUE(index.ok());
+    // Scribble over the header of the second sample's image.
+    const int64_t header = index->samples()[1].image_offset - 512;
+    std::string data = ReadBytes(victim);
+    data.replace(header, 512, std::string(512, 'z'));
+    WriteBytes(victim, data);
+  }
+  std::unique_ptr<Dataset> dataset = OpenOrDie(Path("gen/*.tar"));
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(dataset->sample_count(), 15);
+  EXPECT_EQ(dataset->defective_samples(), 1);
+  EXPECT_EQ(dataset->damaged_shards(), 1);
+  EXPECT_EQ(dataset->truncated_shards(), 0);
+  EXPECT_GT(dataset->skipped_bytes(), 512);
+
+  std::string image;
+  int32_t label = -1;
+  const absl::Status status = dataset->Read(6, &image, &label);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("'sample0001_00001'"));
+  EXPECT_THAT(status.message(), HasSubstr("corrupt"));
+  for (const int64_t intact : {5, 7, 8, 9, 10}) {
+    EXPECT_TRUE(dataset->Read(intact, &image, &label).ok()) << intact;
+    EXPECT_EQ(label,
+              tools::DescribeSample(options, intact / 5, intact % 5).label);
+  }
+}
+
+TEST_F(DatasetTest, ReadRefusesSamplesOfAShardOverwrittenInPlace) {
+  ASSERT_TRUE(
+      WriteTarFile(Path("a.tar"), {{"a.jpg", "A"}, {"a.cls", "0"}}).ok());
+  ASSERT_TRUE(
+      WriteTarFile(Path("b.tar"), {{"b.jpg", "B"}, {"b.cls", "1"}}).ok());
+  std::unique_ptr<Dataset> dataset = OpenOrDie(Path("*.tar"));
+  ASSERT_NE(dataset, nullptr);
+  const std::string fingerprint = dataset->fingerprint();
+
+  // Same size and layout under the same key: only the stamp tells.
+  ASSERT_TRUE(
+      WriteTarFile(Path("new.tar.tmp"), {{"a.jpg", "Z"}, {"a.cls", "9"}}).ok());
+  OverwriteInPlace(Path("a.tar"), ReadBytes(Path("new.tar.tmp")));
+
+  std::string image;
+  int32_t label = -1;
+  const absl::Status status = dataset->Read(0, &image, &label);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr(Path("a.tar")));
+  EXPECT_THAT(status.message(), HasSubstr("changed since it was indexed"));
+  ASSERT_TRUE(dataset->Read(1, &image, &label).ok());
+  EXPECT_EQ(image, "B");
+  EXPECT_EQ(dataset->fingerprint(), fingerprint);
 }
 
 TEST_F(DatasetTest, NoSamplesAtAllIsInvalidArgument) {

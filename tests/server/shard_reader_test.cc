@@ -1,19 +1,24 @@
 #include "server/shard_reader.h"
 #include "tests/testing/temp_dir.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tools/sample_shards.h"
@@ -75,6 +80,29 @@ class ShardReaderTest : public ::testing::Test {
       if (::access(p, X_OK) == 0) return p;
     }
     return "";
+  }
+
+  // Rewrites `path` through its own inode (O_TRUNC, no rename), as `cp` over
+  // a served shard would, and moves its mtime 10 s ahead so that the change
+  // shows even when it lands in the same clock tick as the indexing.
+  static void OverwriteInPlace(const std::string& path,
+                               const std::string& data) {
+    struct stat before;
+    ASSERT_EQ(::stat(path.c_str(), &before), 0);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, data.data(), data.size()),
+              static_cast<ssize_t>(data.size()));
+    ASSERT_EQ(::close(fd), 0);
+    struct timespec times[2];
+    times[0].tv_sec = 0;
+    times[0].tv_nsec = UTIME_OMIT;
+    times[1] = before.st_mtim;
+    times[1].tv_sec += 10;
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+    struct stat after;
+    ASSERT_EQ(::stat(path.c_str(), &after), 0);
+    ASSERT_EQ(after.st_ino, before.st_ino);
   }
 
   ShardIndex BuildOrDie(const std::string& path) {
@@ -344,20 +372,340 @@ TEST_F(ShardReaderTest, MissingEndMarkerKeepsCompleteSamples) {
   EXPECT_THAT(index.samples()[0].defect, IsEmpty());
 }
 
-TEST_F(ShardReaderTest, CorruptLaterHeaderStopsIndexingThere) {
+// Offset of the header of the member whose data starts at `data_offset`.
+int64_t HeaderOf(int64_t data_offset) { return data_offset - 512; }
+
+// Four samples "a".."d", label first, with distinct image bytes.
+std::vector<TarMember> FourSamples() {
+  std::vector<TarMember> members;
+  for (int i = 0; i < 4; ++i) {
+    const std::string key(1, static_cast<char>('a' + i));
+    members.push_back({key + ".cls", absl::StrCat(i, "\n")});
+    members.push_back({key + ".jpg", Bytes(700 + 300 * i, 10 + i)});
+  }
+  return members;
+}
+
+// Expects sample `i` of FourSamples() at `record`, intact and readable.
+void ExpectIntactSample(const ShardReader& reader, const SampleRecord& record,
+                        int i) {
+  EXPECT_EQ(record.key, std::string(1, static_cast<char>('a' + i)));
+  EXPECT_THAT(record.defect, IsEmpty()) << record.key;
+  std::string bytes;
+  int32_t label = -1;
+  ASSERT_TRUE(reader.ReadSample(record, &bytes, &label).ok()) << record.key;
+  EXPECT_EQ(bytes, Bytes(700 + 300 * i, 10 + i)) << record.key;
+  EXPECT_EQ(label, i) << record.key;
+}
+
+TEST_F(ShardReaderTest, ResyncsAfterCorruptHeaderAndKeepsLaterSamples) {
   const std::string path = Path("corrupt.tar");
-  ASSERT_TRUE(
-      WriteTarFile(
-          path,
-          {{"a.jpg", "x"}, {"a.cls", "1"}, {"b.jpg", "y"}, {"b.cls", "2"}})
-          .ok());
+  ASSERT_TRUE(WriteTarFile(path, FourSamples()).ok());
+  const ShardIndex intact = BuildOrDie(path);
+  ASSERT_EQ(intact.samples().size(), 4u);
+  // A flipped bit in b.jpg's header name: the checksum no longer matches.
+  const int64_t bad = HeaderOf(intact.samples()[1].image_offset);
   std::string data = ReadFile(path);
-  data[4 * 512 + 10] ^= 0x55;  // Inside b.jpg's header name.
+  data[bad + 1] ^= 0x04;
+  WriteFile(path, data);
+
+  const ShardIndex index = BuildOrDie(path);
+  ASSERT_EQ(index.samples().size(), 4u);
+  std::unique_ptr<ShardReader> reader = OpenOrDie(path);
+  ExpectIntactSample(*reader, index.samples()[0], 0);
+  // b lost its image to the corrupt header; c and d lie wholly after it.
+  EXPECT_EQ(index.samples()[1].key, "b");
+  EXPECT_THAT(index.samples()[1].defect, HasSubstr("corrupt"));
+  EXPECT_THAT(index.samples()[1].defect, HasSubstr(absl::StrCat(bad)));
+  ExpectIntactSample(*reader, index.samples()[2], 2);
+  ExpectIntactSample(*reader, index.samples()[3], 3);
+  EXPECT_EQ(index.defective_samples(), 1);
+  EXPECT_EQ(index.damaged_samples(), 1);
+
+  // The damage is reported: b.jpg's header and its padded 1000 data bytes.
+  EXPECT_THAT(index.truncation(), IsEmpty());
+  ASSERT_EQ(index.corrupt_regions().size(), 1u);
+  EXPECT_EQ(index.corrupt_regions()[0].offset, bad);
+  EXPECT_EQ(index.corrupt_regions()[0].size, 512 + 1024);
+  EXPECT_THAT(index.corrupt_regions()[0].reason, HasSubstr("checksum"));
+  EXPECT_EQ(index.skipped_bytes(), 512 + 1024);
+  EXPECT_TRUE(index.damaged());
+  EXPECT_THAT(index.damage(), HasSubstr(absl::StrCat("offset ", bad)));
+  EXPECT_THAT(index.damage(), HasSubstr("1 sample"));
+}
+
+TEST_F(ShardReaderTest, ResyncScansForwardWhenCorruptHeaderIsUnreadable) {
+  const std::string path = Path("garbled.tar");
+  ASSERT_TRUE(WriteTarFile(path, FourSamples()).ok());
+  const ShardIndex intact = BuildOrDie(path);
+  // b.jpg's whole header is overwritten, size field included, so the
+  // reader has to look for the next header block by block.
+  const int64_t bad = HeaderOf(intact.samples()[1].image_offset);
+  std::string data = ReadFile(path);
+  data.replace(bad, 512, std::string(512, 'z'));
+  WriteFile(path, data);
+
+  const ShardIndex index = BuildOrDie(path);
+  ASSERT_EQ(index.samples().size(), 4u);
+  std::unique_ptr<ShardReader> reader = OpenOrDie(path);
+  ExpectIntactSample(*reader, index.samples()[0], 0);
+  EXPECT_THAT(index.samples()[1].defect, HasSubstr("corrupt"));
+  ExpectIntactSample(*reader, index.samples()[2], 2);
+  ExpectIntactSample(*reader, index.samples()[3], 3);
+  ASSERT_EQ(index.corrupt_regions().size(), 1u);
+  EXPECT_EQ(index.corrupt_regions()[0].offset, bad);
+  EXPECT_EQ(index.skipped_bytes(), 512 + 1024);
+  EXPECT_EQ(index.defective_samples(), 1);
+}
+
+TEST_F(ShardReaderTest, MemberDataThatLooksLikeTarHeadersIsNeverIndexed) {
+  // A member whose data is itself a tar archive holding a sample "evil".
+  const std::string inner_path = Path("inner.tar");
+  ASSERT_TRUE(
+      WriteTarFile(inner_path, {{"evil.cls", "66\n"}, {"evil.jpg", "EVIL"}})
+          .ok());
+  const std::string inner = ReadFile(inner_path);
+  std::vector<TarMember> members = FourSamples();
+  members[3].data = inner;  // b.jpg
+  members[3].name = "b.jpg";
+  const std::string path = Path("nested.tar");
+  ASSERT_TRUE(WriteTarFile(path, members).ok());
+
+  // Undamaged: sizes decide where headers are.
+  const ShardIndex clean = BuildOrDie(path);
+  ASSERT_EQ(clean.samples().size(), 4u);
+  for (const SampleRecord& record : clean.samples()) {
+    EXPECT_NE(record.key, "evil");
+    EXPECT_THAT(record.defect, IsEmpty());
+  }
+
+  // With b.jpg's header damaged, the reader still does not take the
+  // archive inside b.jpg's data for the shard's own headers.
+  std::string data = ReadFile(path);
+  data[HeaderOf(clean.samples()[1].image_offset) + 1] ^= 0x04;
   WriteFile(path, data);
   const ShardIndex index = BuildOrDie(path);
-  EXPECT_THAT(index.truncation(), HasSubstr("offset 2048"));
-  ASSERT_EQ(index.samples().size(), 1u);
+  ASSERT_EQ(index.samples().size(), 4u);
+  for (const SampleRecord& record : index.samples()) {
+    EXPECT_NE(record.key, "evil");
+  }
+  std::unique_ptr<ShardReader> reader = OpenOrDie(path);
+  EXPECT_THAT(index.samples()[1].defect, HasSubstr("corrupt"));
+  ExpectIntactSample(*reader, index.samples()[2], 2);
+  ExpectIntactSample(*reader, index.samples()[3], 3);
+}
+
+TEST_F(ShardReaderTest, SamplesSplitByCorruptStretchAreDefective) {
+  const std::string path = Path("split.tar");
+  // b's label, an ignored member, then b's image; the ignored member's
+  // header gets corrupted, so b has members on both sides of the damage.
+  // c's label header is corrupted, so c keeps only its image.
+  ASSERT_TRUE(WriteTarFile(path, {{"a.cls", "0"},
+                                  {"a.jpg", Bytes(700, 10)},
+                                  {"b.cls", "1"},
+                                  {"b.json", "{}"},
+                                  {"b.jpg", "B"},
+                                  {"c.cls", "2"},
+                                  {"c.jpg", "C"},
+                                  {"d.jpg", "D"},
+                                  {"d.cls", "3"}})
+                  .ok());
+  const ShardIndex intact = BuildOrDie(path);
+  ASSERT_EQ(intact.samples().size(), 4u);
+  const int64_t json_header = HeaderOf(intact.samples()[1].label_offset) + 1024;
+  const int64_t c_cls_header = HeaderOf(intact.samples()[2].label_offset);
+  std::string data = ReadFile(path);
+  data[json_header + 1] ^= 0x04;
+  data[c_cls_header + 1] ^= 0x04;
+  WriteFile(path, data);
+
+  const ShardIndex index = BuildOrDie(path);
+  ASSERT_EQ(index.samples().size(), 4u);
   EXPECT_THAT(index.samples()[0].defect, IsEmpty());
+  EXPECT_EQ(index.samples()[1].key, "b");
+  EXPECT_THAT(index.samples()[1].defect, HasSubstr("corrupt"));
+  EXPECT_EQ(index.samples()[2].key, "c");
+  EXPECT_THAT(index.samples()[2].defect, HasSubstr("corrupt"));
+  EXPECT_EQ(index.samples()[3].key, "d");
+  EXPECT_THAT(index.samples()[3].defect, IsEmpty());
+  EXPECT_EQ(index.corrupt_regions().size(), 2u);
+  EXPECT_EQ(index.skipped_bytes(), 2 * 1024);
+  EXPECT_EQ(index.defective_samples(), 2);
+  EXPECT_EQ(index.damaged_samples(), 2);
+}
+
+TEST_F(ShardReaderTest, CorruptPaxRecordResyncs) {
+  const std::string path = Path("pax.tar");
+  const std::string long_key = std::string(130, 'r');
+  ASSERT_TRUE(WriteTarFile(path, {{"a.cls", "0"},
+                                  {"a.jpg", Bytes(700, 10)},
+                                  {long_key + ".jpg", "R"},
+                                  {long_key + ".cls", "1"},
+                                  {"c.cls", "2"},
+                                  {"c.jpg", Bytes(1300, 12)}})
+                  .ok());
+  const ShardIndex intact = BuildOrDie(path);
+  ASSERT_EQ(intact.samples().size(), 3u);
+  ASSERT_EQ(intact.samples()[1].key, long_key);
+  // The pax record (header and one data block) sits before the image's own
+  // header; break its length field.
+  const int64_t pax_data = intact.samples()[1].image_offset - 1024;
+  std::string data = ReadFile(path);
+  ASSERT_EQ(data.substr(pax_data, 9), "144 path=");
+  data[pax_data] = 'x';
+  WriteFile(path, data);
+
+  const ShardIndex index = BuildOrDie(path);
+  EXPECT_THAT(index.truncation(), IsEmpty());
+  ASSERT_EQ(index.corrupt_regions().size(), 1u);
+  EXPECT_THAT(index.corrupt_regions()[0].reason, HasSubstr("pax"));
+  // The member the pax record named is lost with it (its own header only
+  // holds a cut-down name), so no sample appears under that cut-down name.
+  EXPECT_EQ(index.corrupt_regions()[0].size, 4 * 512);
+  ASSERT_EQ(index.samples().size(), 3u);
+  EXPECT_THAT(index.samples()[0].defect, IsEmpty());
+  EXPECT_EQ(index.samples()[1].key, long_key);
+  EXPECT_THAT(index.samples()[1].defect, HasSubstr("corrupt"));
+  std::unique_ptr<ShardReader> reader = OpenOrDie(path);
+  const SampleRecord& c = index.samples()[2];
+  EXPECT_EQ(c.key, "c");
+  std::string bytes;
+  int32_t label = -1;
+  ASSERT_TRUE(reader->ReadSample(c, &bytes, &label).ok());
+  EXPECT_EQ(bytes, Bytes(1300, 12));
+  EXPECT_EQ(label, 2);
+}
+
+TEST_F(ShardReaderTest, CorruptionRunningToEndOfFileKeepsEarlierSamples) {
+  const std::string path = Path("tail.tar");
+  ASSERT_TRUE(WriteTarFile(path, FourSamples()).ok());
+  const ShardIndex intact = BuildOrDie(path);
+  // Everything from b.jpg's header on, end marker included, is garbage.
+  const int64_t bad = HeaderOf(intact.samples()[1].image_offset);
+  std::string data = ReadFile(path);
+  const int64_t file_size = static_cast<int64_t>(data.size());
+  data.replace(bad, file_size - bad, std::string(file_size - bad, 'z'));
+  WriteFile(path, data);
+
+  const ShardIndex index = BuildOrDie(path);
+  ASSERT_EQ(index.samples().size(), 2u);
+  EXPECT_THAT(index.samples()[0].defect, IsEmpty());
+  EXPECT_THAT(index.samples()[1].defect, HasSubstr("corrupt"));
+  ASSERT_EQ(index.corrupt_regions().size(), 1u);
+  EXPECT_EQ(index.corrupt_regions()[0].offset, bad);
+  EXPECT_EQ(index.corrupt_regions()[0].size, file_size - bad);
+  EXPECT_EQ(index.skipped_bytes(), file_size - bad);
+  EXPECT_THAT(index.damage(), HasSubstr("end of the file"));
+}
+
+TEST_F(ShardReaderTest, ZeroedHeaderBlockIsDamageNotTheEndOfTheArchive) {
+  const std::string path = Path("zeroed.tar");
+  ASSERT_TRUE(WriteTarFile(path, FourSamples()).ok());
+  const ShardIndex intact = BuildOrDie(path);
+  const int64_t bad = HeaderOf(intact.samples()[1].image_offset);
+  std::string data = ReadFile(path);
+  data.replace(bad, 512, std::string(512, '\0'));
+  WriteFile(path, data);
+
+  const ShardIndex index = BuildOrDie(path);
+  ASSERT_EQ(index.samples().size(), 4u);
+  std::unique_ptr<ShardReader> reader = OpenOrDie(path);
+  ExpectIntactSample(*reader, index.samples()[0], 0);
+  EXPECT_THAT(index.samples()[1].defect, HasSubstr("damaged"));
+  ExpectIntactSample(*reader, index.samples()[2], 2);
+  ExpectIntactSample(*reader, index.samples()[3], 3);
+  ASSERT_EQ(index.corrupt_regions().size(), 1u);
+  EXPECT_EQ(index.corrupt_regions()[0].offset, bad);
+  EXPECT_THAT(index.corrupt_regions()[0].reason, HasSubstr("zero"));
+}
+
+TEST_F(ShardReaderTest, RandomHeaderDamageNeverServesWrongData) {
+  // Twelve samples "k<i>": label, sometimes an ignored member, then image.
+  constexpr int kSamples = 12;
+  std::vector<TarMember> members;
+  std::vector<int> owner;  // Sample of each member.
+  for (int i = 0; i < kSamples; ++i) {
+    const std::string key = absl::StrCat("k", i);
+    members.push_back({key + ".cls", absl::StrCat(i, "\n")});
+    owner.push_back(i);
+    if (i % 3 == 1) {
+      members.push_back({key + ".json", std::string(300 * i, '{')});
+      owner.push_back(i);
+    }
+    members.push_back({key + ".jpg", Bytes(100 + 397 * i, i)});
+    owner.push_back(i);
+  }
+  std::vector<int64_t> headers;
+  int64_t at = 0;
+  for (const TarMember& member : members) {
+    headers.push_back(at);
+    at += 512 + (static_cast<int64_t>(member.data.size()) + 511) / 512 * 512;
+  }
+  const std::string path = Path("fuzz.tar");
+  ASSERT_TRUE(WriteTarFile(path, members).ok());
+  const std::string original = ReadFile(path);
+
+  std::mt19937 rng(20250101);
+  for (int round = 0; round < 200; ++round) {
+    SCOPED_TRACE(round);
+    std::string data = original;
+    std::vector<bool> sample_hit(kSamples, false);
+    const int hits = 1 + static_cast<int>(rng() % 3);
+    for (int h = 0; h < hits; ++h) {
+      // Never the first header: a shard whose first header is bad is not
+      // taken for a tar at all.
+      const size_t m = 1 + rng() % (members.size() - 1);
+      sample_hit[owner[m]] = true;
+      char* header = data.data() + headers[m];
+      switch (rng() % 4) {
+        case 0:  // One flipped byte anywhere in the header.
+          header[rng() % 512] ^= static_cast<char>(1 + rng() % 255);
+          break;
+        case 1:  // One flipped byte in the size field.
+          header[124 + rng() % 11] ^= static_cast<char>(1 + rng() % 255);
+          break;
+        case 2:  // Garbage.
+          for (int i = 0; i < 512; ++i) header[i] = static_cast<char>(rng());
+          break;
+        default:  // Zeros.
+          std::fill(header, header + 512, '\0');
+          break;
+      }
+    }
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out << data;
+      ASSERT_TRUE(out.good());
+    }
+    const ShardIndex index = BuildOrDie(path);
+    std::unique_ptr<ShardReader> reader = OpenOrDie(path);
+    std::vector<bool> found(kSamples, false);
+    int64_t defective = 0;
+    for (const SampleRecord& record : index.samples()) {
+      if (!record.defect.empty()) {
+        ++defective;
+        continue;
+      }
+      int i = -1;
+      ASSERT_TRUE(absl::SimpleAtoi(record.key.substr(1), &i)) << record.key;
+      ASSERT_TRUE(i >= 0 && i < kSamples) << record.key;
+      found[i] = true;
+      std::string bytes;
+      int32_t label = -1;
+      ASSERT_TRUE(reader->ReadSample(record, &bytes, &label).ok())
+          << record.key;
+      EXPECT_EQ(bytes, Bytes(100 + 397 * i, i)) << record.key;
+      EXPECT_EQ(label, i) << record.key;
+    }
+    EXPECT_EQ(index.defective_samples(), defective);
+    EXPECT_FALSE(index.corrupt_regions().empty());
+    // Every sample none of whose headers was hit is found intact.
+    for (int i = 0; i < kSamples; ++i) {
+      if (!sample_hit[i]) {
+        EXPECT_TRUE(found[i]) << "k" << i;
+      }
+    }
+  }
 }
 
 TEST_F(ShardReaderTest, EmptyArchiveHasNoSamples) {
@@ -471,7 +819,7 @@ TEST_F(ShardReaderTest, ReusesCallerBufferCapacity) {
   }
 }
 
-TEST_F(ShardReaderTest, ShortReadAfterShardShrankIsDataLoss) {
+TEST_F(ShardReaderTest, ReadAfterShardShrankIsDataLoss) {
   const std::string path = Path("shrank.tar");
   ASSERT_TRUE(
       WriteTarFile(path, {{"a.jpg", Bytes(4000, 1)}, {"a.cls", "1"}}).ok());
@@ -483,8 +831,82 @@ TEST_F(ShardReaderTest, ShortReadAfterShardShrankIsDataLoss) {
   const absl::Status status =
       reader->ReadSample(index.samples()[0], &bytes, &label);
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(status.message(), HasSubstr("short read"));
+  EXPECT_THAT(status.message(), HasSubstr("changed since it was indexed"));
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrCat(index.file_size(), " -> 2000")));
   EXPECT_THAT(status.message(), HasSubstr("'a'"));
+}
+
+TEST_F(ShardReaderTest, IndexRecordsFileModificationTime) {
+  const std::string path = Path("stamp.tar");
+  ASSERT_TRUE(WriteTarFile(path, {{"a.jpg", "A"}, {"a.cls", "1"}}).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  const ShardIndex index = BuildOrDie(path);
+  EXPECT_EQ(index.mtime(), absl::TimeFromTimespec(st.st_mtim));
+}
+
+TEST_F(ShardReaderTest, ReadRefusesShardOverwrittenInPlace) {
+  const std::string path = Path("rewritten.tar");
+  ASSERT_TRUE(
+      WriteTarFile(path, {{"a.jpg", Bytes(4000, 1)}, {"a.cls", "1"}}).ok());
+  const ShardIndex index = BuildOrDie(path);
+  std::unique_ptr<ShardReader> reader = OpenOrDie(path);
+  // Same size, same layout, different bytes: only the mtime tells.
+  const std::string other = Path("other.tar");
+  ASSERT_TRUE(
+      WriteTarFile(other, {{"a.jpg", Bytes(4000, 2)}, {"a.cls", "7"}}).ok());
+  OverwriteInPlace(path, ReadFile(other));
+
+  std::string bytes;
+  int32_t label = -1;
+  const absl::Status status =
+      reader->ReadSample(index.samples()[0], &bytes, &label);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr(path));
+  EXPECT_THAT(status.message(), HasSubstr("changed since it was indexed"));
+  EXPECT_THAT(status.message(), HasSubstr("mtime"));
+  EXPECT_THAT(status.message(), HasSubstr("restart the server"));
+}
+
+TEST_F(ShardReaderTest, OpenForIndexRefusesShardChangedSinceIndexing) {
+  const std::string path = Path("changed.tar");
+  ASSERT_TRUE(WriteTarFile(path, {{"a.jpg", "A"}, {"a.cls", "1"}}).ok());
+  const ShardIndex index = BuildOrDie(path);
+  {
+    absl::StatusOr<std::unique_ptr<ShardReader>> reader =
+        ShardReader::Open(index);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::string bytes;
+    int32_t label = -1;
+    ASSERT_TRUE((*reader)->ReadSample(index.samples()[0], &bytes, &label).ok());
+    EXPECT_EQ(bytes, "A");
+  }
+  OverwriteInPlace(path, ReadFile(path));
+  absl::StatusOr<std::unique_ptr<ShardReader>> reader =
+      ShardReader::Open(index);
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(reader.status().message(), HasSubstr(path));
+  EXPECT_THAT(reader.status().message(), HasSubstr("changed"));
+}
+
+TEST_F(ShardReaderTest, ShardReplacedByRenameKeepsServingIndexedBytes) {
+  const std::string path = Path("renamed.tar");
+  ASSERT_TRUE(
+      WriteTarFile(path, {{"a.jpg", Bytes(4000, 1)}, {"a.cls", "1"}}).ok());
+  const ShardIndex index = BuildOrDie(path);
+  absl::StatusOr<std::unique_ptr<ShardReader>> reader =
+      ShardReader::Open(index);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const std::string other = Path("other.tar");
+  ASSERT_TRUE(
+      WriteTarFile(other, {{"a.jpg", Bytes(4000, 2)}, {"a.cls", "7"}}).ok());
+  ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
+  std::string bytes;
+  int32_t label = -1;
+  ASSERT_TRUE((*reader)->ReadSample(index.samples()[0], &bytes, &label).ok());
+  EXPECT_EQ(bytes, Bytes(4000, 1));
+  EXPECT_EQ(label, 1);
 }
 
 TEST_F(ShardReaderTest, ConcurrentReadsReturnCorrectData) {
