@@ -1,5 +1,7 @@
 #include "server/batch_stream.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -19,6 +21,31 @@ int64_t NowNs() {
 }
 
 }  // namespace
+
+std::unique_ptr<PixelBytes> PixelBytes::Map(size_t capacity,
+                                            MemoryBudget::Charge* charge) {
+  const size_t mapped = std::max<size_t>(capacity, 1);
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  // Fewer page faults for large batches (each fault maps 2 MiB).
+  if (mapped >= (size_t{2} << 20)) madvise(p, mapped, MADV_HUGEPAGE);
+  std::unique_ptr<PixelBytes> bytes(
+      new PixelBytes(static_cast<uint8_t*>(p), mapped, std::move(*charge)));
+  bytes->size_ = capacity;
+  return bytes;
+}
+
+PixelBytes::~PixelBytes() { munmap(data_, mapped_); }
+
+void SampleWorker::ChargeBuffers() {
+  const int64_t kept =
+      processor.kept_buffer_bytes() + static_cast<int64_t>(image_bytes.capacity());
+  if (kept != charge_.bytes()) {
+    charge_.Reset();
+    charge_ = budget_->ForceCharge(kept);
+  }
+}
 
 struct BatchStream::Pending {
   int64_t index = 0;
@@ -60,17 +87,34 @@ BatchStream::BatchStream(BatchStreamSetup setup,
 BatchStream::~BatchStream() { queue_->Close(); }
 
 void BatchStream::ScheduleLocked() {
-  while (!cancelled_.load() && error_.ok() &&
+  while (!cancelled_.load() && !draining_ && error_.ok() && memory_ticket_ == 0 &&
          static_cast<int>(inflight_.size()) <
              std::max(1, options_.max_inflight_batches) &&
          next_to_schedule_ < setup_.end_batch) {
     auto batch = std::make_unique<Pending>();
-    batch->index = next_to_schedule_++;
+    batch->index = next_to_schedule_;
     setup_.plan->BatchSamples(batch->index, &batch->samples);
     const int n = static_cast<int>(batch->samples.size());
-    batch->pixels = std::make_unique<PixelBytes>();
-    batch->pixels->size = sample_bytes_ * n;
-    batch->pixels->data.reset(new uint8_t[std::max<size_t>(1, batch->pixels->size)]);
+    const size_t bytes = sample_bytes_ * n;
+    MemoryBudget::Charge charge = std::move(granted_);
+    if (charge.bytes() == 0) {
+      std::weak_ptr<BatchStream> weak = weak_from_this();
+      charge = setup_.budget->ChargeOrWait(
+          static_cast<int64_t>(bytes),
+          [weak](MemoryBudget::Charge granted) {
+            if (auto self = weak.lock()) self->OnMemoryGranted(std::move(granted));
+          },
+          &memory_ticket_);
+      if (memory_ticket_ != 0) return;  // OnMemoryGranted continues
+    }
+    batch->pixels = PixelBytes::Map(bytes, &charge);
+    if (batch->pixels == nullptr) {
+      error_ = absl::ResourceExhaustedError(
+          absl::StrCat("cannot map ", bytes, " bytes for batch ", batch->index));
+      granted_ = std::move(charge);  // given back by the destructor
+      return;
+    }
+    ++next_to_schedule_;
     batch->labels.assign(n, 0);
     batch->errors.assign(n, absl::OkStatus());
     batch->remaining.store(n);
@@ -84,6 +128,23 @@ void BatchStream::ScheduleLocked() {
       });
     }
   }
+}
+
+void BatchStream::OnMemoryGranted(MemoryBudget::Charge charge) {
+  bool failed;
+  {
+    absl::MutexLock lock(&mu_);
+    memory_ticket_ = 0;
+    // Once cancelled, `charge` is given back on return, after the lock.
+    if (!cancelled_.load()) {
+      granted_ = std::move(charge);
+      ScheduleLocked();
+    }
+    failed = !error_.ok();
+  }
+  // A grant arrives on the thread that freed memory (possibly inside gRPC),
+  // so it only wakes the transport when there is news for it.
+  if (failed) Notify();
 }
 
 void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
@@ -111,8 +172,7 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
             common::SampleKey(setup_.seed, setup_.epoch, sample));
         SampleTimings timings;
         uint8_t* dst =
-            batch->pixels->data.get() +
-            sample_bytes_ * slot;
+            batch->pixels->data() + sample_bytes_ * slot;
         status = worker->processor.Process(worker->image_bytes, is_jpeg,
                                            geometry, dst, &timings);
         batch->decode_ns.fetch_add(timings.decode_ns,
@@ -122,6 +182,7 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
       }
     }
   }
+  worker->ChargeBuffers();
   batch->errors[slot] = std::move(status);
   if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     FinishBatch(batch);
@@ -139,8 +200,8 @@ void BatchStream::FinishBatch(Pending* batch) {
     const absl::Status& error = batch->errors[slot];
     if (error.ok()) {
       if (out != slot) {
-        std::memmove(batch->pixels->data.get() + sample_bytes_ * out,
-                     batch->pixels->data.get() + sample_bytes_ * slot,
+        std::memmove(batch->pixels->data() + sample_bytes_ * out,
+                     batch->pixels->data() + sample_bytes_ * slot,
                      sample_bytes_);
         batch->samples[out] = batch->samples[slot];
         batch->labels[out] = batch->labels[slot];
@@ -175,7 +236,7 @@ void BatchStream::FinishBatch(Pending* batch) {
   }
   batch->samples.resize(out);
   batch->labels.resize(out);
-  batch->pixels->size = sample_bytes_ * out;
+  batch->pixels->Shrink(sample_bytes_ * out);
   batch->errors.clear();
   batch->skipped = std::move(skipped);
   {
@@ -244,12 +305,31 @@ BatchStream::Polled BatchStream::Poll() {
     ScheduleLocked();
     return polled;
   }
+  if (draining_ && next_to_schedule_ < setup_.end_batch) {
+    ended_ = true;
+    polled.kind = Polled::Kind::kError;
+    polled.error = absl::UnavailableError(absl::StrCat(
+        "server is draining (shutting down); batches from ", next_to_schedule_,
+        " on must come from another server"));
+    return polled;
+  }
   if (next_to_schedule_ >= setup_.end_batch) {
     ended_ = true;
     polled.kind = Polled::Kind::kSummary;
     polled.summary = summary_;
   }
   return polled;
+}
+
+void BatchStream::Drain() {
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    if (memory_ticket_ != 0 && setup_.budget->Withdraw(memory_ticket_)) {
+      memory_ticket_ = 0;
+    }
+  }
+  Notify();
 }
 
 void BatchStream::Cancel() {
@@ -259,6 +339,10 @@ void BatchStream::Cancel() {
     absl::MutexLock lock(&mu_);
     cancelled_.store(true);
     on_ready_ = nullptr;
+    // A grant already on its way sees `cancelled_` and gives it back.
+    if (memory_ticket_ != 0 && setup_.budget->Withdraw(memory_ticket_)) {
+      memory_ticket_ = 0;
+    }
   }
   queue_->Close();
 }

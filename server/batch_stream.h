@@ -7,7 +7,9 @@
 // Samples are decoded and transformed by the shared WorkerPool straight into
 // the batch's contiguous pixel buffer. At most `max_inflight_batches` batches
 // are being assembled or waiting to be taken, so a consumer that stops taking
-// (a slow client) stops this stream's work and nobody else's.
+// (a slow client) stops this stream's work and nobody else's. A batch's
+// buffer is only allocated once the server's MemoryBudget grants its bytes;
+// until then the stream waits.
 //
 // Thread-safety: all methods are thread-safe. `on_ready` is called from
 // worker threads, without any lock of the stream held, whenever Poll() may
@@ -15,6 +17,7 @@
 // and must stay safe to call for a moment after Cancel() returns (a call may
 // already be under way).
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -32,19 +35,29 @@
 #include "common/epoch_plan.h"
 #include "proto/stoker.pb.h"
 #include "server/dataset.h"
+#include "server/memory_budget.h"
 #include "server/sample_processor.h"
 #include "server/worker_pool.h"
 
 namespace stoker::server {
 
 // Per-worker-thread state for sample tasks: a decoder/resampler with reusable
-// buffers and a reusable read buffer.
+// buffers and a reusable read buffer, whose sizes are charged to the memory
+// budget (after each sample; they never wait for it).
 class SampleWorker : public WorkerContext {
  public:
-  explicit SampleWorker(const SampleProcessorOptions& options)
-      : processor(options) {}
+  SampleWorker(const SampleProcessorOptions& options,
+               std::shared_ptr<MemoryBudget> budget)
+      : processor(options), budget_(std::move(budget)) {}
+  // Brings the charge in line with the buffers now kept.
+  void ChargeBuffers();
+
   SampleProcessor processor;
   std::string image_bytes;
+
+ private:
+  const std::shared_ptr<MemoryBudget> budget_;
+  MemoryBudget::Charge charge_;
 };
 
 struct BatchStreamOptions {
@@ -56,6 +69,8 @@ struct BatchStreamOptions {
 struct BatchStreamSetup {
   const Dataset* dataset = nullptr;  // not owned; outlives the stream
   WorkerPool* pool = nullptr;        // not owned; outlives the stream
+  // Every batch buffer is charged to it before it is allocated. Required.
+  std::shared_ptr<MemoryBudget> budget;
   std::optional<common::EpochPlan> plan;  // set (no default constructor)
   uint64_t seed = 0;
   int64_t epoch = 0;
@@ -70,11 +85,31 @@ struct BatchStreamSetup {
   std::function<void(const v1::SkippedSample&)> on_skipped;
 };
 
-// A batch's pixel bytes. Allocated without zero-filling (every byte is
-// written by a worker) and handed to the transport as is.
-struct PixelBytes {
-  std::unique_ptr<uint8_t[]> data;
-  size_t size = 0;
+// A batch's pixel bytes, handed to the transport as is: pages mapped for
+// this batch alone and unmapped when it is destroyed (so a spike of large
+// batches does not stay resident in malloc's heap), with the budget charge
+// that pays for them.
+class PixelBytes {
+ public:
+  // nullptr if the pages cannot be mapped.
+  static std::unique_ptr<PixelBytes> Map(size_t capacity,
+                                         MemoryBudget::Charge* charge);
+  ~PixelBytes();
+  PixelBytes(const PixelBytes&) = delete;
+  PixelBytes& operator=(const PixelBytes&) = delete;
+
+  uint8_t* data() const { return data_; }
+  // Bytes in use; starts at the capacity.
+  size_t size() const { return size_; }
+  void Shrink(size_t size) { size_ = std::min(size, size_); }
+
+ private:
+  PixelBytes(uint8_t* data, size_t mapped, MemoryBudget::Charge charge)
+      : data_(data), mapped_(mapped), size_(mapped), charge_(std::move(charge)) {}
+  uint8_t* const data_;
+  const size_t mapped_;
+  size_t size_;
+  MemoryBudget::Charge charge_;
 };
 
 // A finished batch: the header (every Batch field but pixels) and the pixel
@@ -109,6 +144,12 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   // Non-blocking. Taking a batch frees its slot and schedules another batch.
   Polled Poll();
 
+  // The server is shutting down: batches being assembled are finished and
+  // delivered, no more are started, and then Poll() returns kError with
+  // UNAVAILABLE, which tells the client to ask another server for the rest.
+  // Idempotent; calls on_ready.
+  void Drain();
+
   // Stops scheduling, drops queued samples and makes Poll() return kEnd.
   // Idempotent. Work already running finishes in the background; the stream
   // object lives until then (tasks hold a reference).
@@ -120,6 +161,8 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   BatchStream(BatchStreamSetup setup, const BatchStreamOptions& options,
               std::function<void()> on_ready);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The budget granted the next batch's memory.
+  void OnMemoryGranted(MemoryBudget::Charge charge);
   void RunSample(WorkerContext* context, Pending* batch, int slot);
   void FinishBatch(Pending* batch);
   void Notify();
@@ -139,7 +182,13 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   int64_t next_to_schedule_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
   v1::StreamSummary summary_ ABSL_GUARDED_BY(mu_);
+  // The next batch waits for memory: the budget's ticket, then its charge
+  // once granted. Charges are never given back under mu_ (a grant callback
+  // of another stream could be waiting on ours).
+  uint64_t memory_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  MemoryBudget::Charge granted_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stoker::server

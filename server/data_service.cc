@@ -34,6 +34,9 @@ absl::StatusOr<std::unique_ptr<DataService>> DataService::Create(
   if (options.max_batch_bytes < 1) {
     return absl::InvalidArgumentError("max_batch_bytes must be >= 1");
   }
+  if (options.max_memory_bytes < 1) {
+    return absl::InvalidArgumentError("max_memory_bytes must be >= 1");
+  }
   if (options.stream.max_inflight_batches < 1) {
     return absl::InvalidArgumentError("max_inflight_batches must be >= 1");
   }
@@ -62,11 +65,14 @@ std::map<std::string, std::unique_ptr<Dataset>> ByName(
 
 DataService::DataService(const DataServiceOptions& options,
                          std::vector<std::unique_ptr<Dataset>> datasets)
-    : options_(options), datasets_(ByName(std::move(datasets))) {
+    : options_(options),
+      datasets_(ByName(std::move(datasets))),
+      budget_(MemoryBudget::Create(options.max_memory_bytes)) {
   SampleProcessorOptions processor = options.processor;
-  pool_ = std::make_unique<WorkerPool>(options.worker_threads, [processor] {
-    return std::make_unique<SampleWorker>(processor);
-  });
+  pool_ = std::make_unique<WorkerPool>(
+      options.worker_threads, [processor, budget = budget_] {
+        return std::make_unique<SampleWorker>(processor, budget);
+      });
 }
 
 DataService::~DataService() { Stop(); }
@@ -163,6 +169,13 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
         "x3 is ", batch_bytes, " bytes; this server's limit is ",
         options_.max_batch_bytes, " (--max_batch_bytes)"));
   }
+  if (batch_bytes > budget_->limit()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a batch of ", spec.batch_size(), "x", height, "x", width, "x3 is ",
+        batch_bytes, " bytes, more than this server's whole memory budget of ",
+        budget_->limit(), " bytes (--max_memory_bytes); ask for smaller "
+        "batches"));
+  }
   switch (request.bad_sample_policy()) {
     case v1::BAD_SAMPLE_POLICY_UNSPECIFIED:
     case v1::BAD_SAMPLE_POLICY_SKIP:
@@ -187,20 +200,28 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
         num_batches, " batches"));
   }
 
-  // Admission: count first, undo if over the limit.
   std::shared_ptr<Counters> counters = counters_;
-  if (counters->active.fetch_add(1) >= options_.max_streams) {
-    counters->active.fetch_sub(1);
-    counters->refused.fetch_add(1);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "server is at its limit of ", options_.max_streams,
-        " concurrent streams (--max_streams); retry later or elsewhere"));
+  {
+    absl::MutexLock lock(&counters->mu);
+    if (counters->draining) {
+      counters->refused.fetch_add(1);
+      return absl::UnavailableError(
+          "server is draining (shutting down); ask another server");
+    }
+    if (counters->open >= options_.max_streams) {
+      counters->refused.fetch_add(1);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "server is at its limit of ", options_.max_streams,
+          " concurrent streams (--max_streams); retry later or elsewhere"));
+    }
+    ++counters->open;
   }
   counters->opened.fetch_add(1);
 
   BatchStreamSetup setup;
   setup.dataset = &dataset;
   setup.pool = pool_.get();
+  setup.budget = budget_;
   setup.plan = *std::move(plan);
   setup.seed = spec.seed();
   setup.epoch = spec.epoch();
@@ -218,20 +239,55 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   };
   std::shared_ptr<BatchStream> stream =
       BatchStream::Start(std::move(setup), options_.stream, std::move(on_ready));
+  bool drain_now;
+  {
+    absl::MutexLock lock(&counters->mu);
+    counters->live[stream.get()] = stream;
+    drain_now = counters->draining;  // draining began since admission
+  }
+  if (drain_now) stream->Drain();
   // The admission slot is released when the stream is destroyed.
   return std::shared_ptr<BatchStream>(
-      stream.get(), [stream, counters](BatchStream*) mutable {
+      stream.get(), [stream, counters](BatchStream* raw) mutable {
         stream.reset();
-        counters->active.fetch_sub(1);
+        absl::MutexLock lock(&counters->mu);
+        counters->live.erase(raw);
+        --counters->open;
       });
+}
+
+void DataService::StartDraining() {
+  std::vector<std::shared_ptr<BatchStream>> streams;
+  {
+    absl::MutexLock lock(&counters_->mu);
+    if (counters_->draining) return;
+    counters_->draining = true;
+    for (const auto& [raw, weak] : counters_->live) {
+      if (std::shared_ptr<BatchStream> s = weak.lock()) streams.push_back(s);
+    }
+  }
+  spdlog::info("draining: {} streams finish their current batches",
+               streams.size());
+  // Outside the lock: Drain wakes the transport.
+  for (const std::shared_ptr<BatchStream>& s : streams) s->Drain();
+}
+
+bool DataService::WaitForStreamsToEnd(absl::Duration timeout) {
+  absl::MutexLock lock(&counters_->mu);
+  return counters_->mu.AwaitWithTimeout(
+      absl::Condition(counters_.get(), &Counters::NoneOpen), timeout);
 }
 
 DataServiceStats DataService::stats() const {
   DataServiceStats s;
   s.streams_opened = counters_->opened.load();
   s.streams_refused = counters_->refused.load();
-  s.active_streams = counters_->active.load();
+  {
+    absl::MutexLock lock(&counters_->mu);
+    s.active_streams = counters_->open;
+  }
   s.skipped_samples = counters_->skipped.load();
+  s.memory = budget_->stats();
   return s;
 }
 

@@ -22,9 +22,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/stoker.pb.h"
 #include "server/batch_stream.h"
 #include "server/dataset.h"
+#include "server/memory_budget.h"
 #include "server/sample_processor.h"
 #include "server/worker_pool.h"
 
@@ -38,6 +40,12 @@ struct DataServiceOptions {
   // Largest batch payload (N*H*W*3 bytes) a request may ask for. Default
   // 512 MiB; larger requests get RESOURCE_EXHAUSTED.
   int64_t max_batch_bytes = int64_t{512} << 20;
+  // Server-wide memory budget in bytes for batch buffers and decode buffers
+  // (server/memory_budget.h): streams wait for memory beyond it, and a
+  // request whose single batch exceeds it is refused with
+  // RESOURCE_EXHAUSTED. Default 4 GiB; stoker_server derives its default
+  // from the machine's or the cgroup's memory.
+  int64_t max_memory_bytes = int64_t{4} << 30;
   BatchStreamOptions stream;
   SampleProcessorOptions processor;
   // Epoch orders kept for reuse (one per dataset/seed/epoch/shuffle).
@@ -50,6 +58,7 @@ struct DataServiceStats {
   int64_t streams_refused = 0;
   int64_t active_streams = 0;
   int64_t skipped_samples = 0;
+  MemoryBudget::Stats memory;
 };
 
 class DataService {
@@ -66,12 +75,20 @@ class DataService {
   // Validates the request and starts producing its batches. Errors:
   // NOT_FOUND (dataset), FAILED_PRECONDITION (fingerprint), INVALID_ARGUMENT
   // (plan, transform, range, policy), RESOURCE_EXHAUSTED (max_streams,
-  // max_batch_bytes). The stream counts against max_streams until it is
+  // max_batch_bytes, a batch larger than max_memory_bytes). The stream counts against max_streams until it is
   // destroyed. See BatchStream for `on_ready`.
   absl::StatusOr<std::shared_ptr<BatchStream>> OpenStream(
       const v1::StreamBatchesRequest& request, std::function<void()> on_ready);
 
   DataServiceStats stats() const;
+
+  // Starts a graceful shutdown: new streams are refused with UNAVAILABLE
+  // ("draining") and running ones finish the batches they are assembling,
+  // then end with UNAVAILABLE so that their clients reissue the rest
+  // elsewhere (BatchStream::Drain). Idempotent.
+  void StartDraining();
+  // Blocks until no stream is open or `timeout` has passed; true if none is.
+  bool WaitForStreamsToEnd(absl::Duration timeout);
 
   // Stops the worker pool: queued work is dropped. Idempotent.
   void Stop();
@@ -88,12 +105,20 @@ class DataService {
 
   // Shared with stream admission tokens, which may outlive a call.
   struct Counters {
-    std::atomic<int64_t> active{0};
     std::atomic<int64_t> opened{0};
     std::atomic<int64_t> refused{0};
     std::atomic<int64_t> skipped{0};
+    absl::Mutex mu;
+    bool draining ABSL_GUARDED_BY(mu) = false;
+    // Streams admitted and not yet destroyed.
+    int64_t open ABSL_GUARDED_BY(mu) = 0;
+    // The started ones among them, for StartDraining.
+    std::map<const BatchStream*, std::weak_ptr<BatchStream>> live
+        ABSL_GUARDED_BY(mu);
+    bool NoneOpen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return open == 0; }
   };
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+  const std::shared_ptr<MemoryBudget> budget_;
 
   absl::Mutex cache_mu_;
   // Most recently used first.

@@ -1,7 +1,10 @@
 #include "server/grpc_service.h"
 
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,18 +27,53 @@ grpc::ByteBuffer SerializedBuffer(const std::string& bytes) {
 grpc::ByteBuffer EncodeBatch(ReadyBatch batch) {
   PixelBytes* pixels = batch.pixels.release();
   grpc::Slice slices[2] = {
-      grpc::Slice(common::EncodeBatchPrefix(batch.header, pixels->size)),
+      grpc::Slice(common::EncodeBatchPrefix(batch.header, pixels->size())),
       grpc::Slice(
-          pixels->data.get(), pixels->size,
+          pixels->data(), pixels->size(),
           [](void* p) { delete static_cast<PixelBytes*>(p); }, pixels)};
   return grpc::ByteBuffer(slices, 2);
 }
 
+class StreamReactor;
+
+// Lets the stream's on_ready callback and the idle watchdog reach a reactor
+// only while it is alive: OnDone clears `reactor` under `mu`, which they
+// hold while using it.
+struct Link {
+  absl::Mutex mu;
+  StreamReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+};
+
+}  // namespace
+
+class GrpcService::Watchdog {
+ public:
+  explicit Watchdog(absl::Duration idle_timeout);
+  ~Watchdog();
+
+  void Add(const std::shared_ptr<Link>& link);
+  void Remove(const Link* link);
+  int64_t cancelled() const { return cancelled_.load(); }
+
+ private:
+  void Loop();
+
+  const absl::Duration idle_timeout_;
+  std::atomic<int64_t> cancelled_{0};
+  absl::Mutex mu_;
+  std::map<const Link*, std::shared_ptr<Link>> links_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+namespace {
+
 class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  StreamReactor(DataService* service, grpc::CallbackServerContext* context,
+  StreamReactor(DataService* service, GrpcService::Watchdog* watchdog,
+                grpc::CallbackServerContext* context,
                 const grpc::ByteBuffer* request_bytes)
-      : peer_(context->peer()) {
+      : peer_(context->peer()), context_(context), watchdog_(watchdog) {
     v1::StreamBatchesRequest request;
     std::vector<grpc::Slice> slices;
     std::string bytes;
@@ -50,7 +88,11 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return;
     }
     link_ = std::make_shared<Link>();
-    link_->reactor = this;
+    {
+      absl::MutexLock lock(&link_->mu);
+      link_->reactor = this;
+    }
+    watchdog_->Add(link_);
     std::shared_ptr<Link> link = link_;
     absl::StatusOr<std::shared_ptr<BatchStream>> stream =
         service->OpenStream(request, [link] {
@@ -74,11 +116,15 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnWriteDone(bool ok) override {
+    grpc::ByteBuffer sent;
     {
       absl::MutexLock lock(&mu_);
       write_in_flight_ = false;
-      buffer_.Clear();
+      sent.Swap(&buffer_);
     }
+    // Freeing the batch gives its memory back to the budget, which may
+    // grant it to another stream at once: never under mu_.
+    sent.Clear();
     if (!ok) {
       FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                               "write failed; the client went away"));
@@ -94,22 +140,38 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnDone() override {
     if (link_ != nullptr) {
-      absl::MutexLock lock(&link_->mu);
-      link_->reactor = nullptr;
+      {
+        absl::MutexLock lock(&link_->mu);
+        link_->reactor = nullptr;
+      }
+      watchdog_->Remove(link_.get());
     }
     CancelStream();
     delete this;
   }
 
+  // Cancels the call if a write has waited for the client longer than
+  // `timeout`: the client stopped reading, and the batch it does not take
+  // holds memory. Called with the Link's mutex held (the reactor is alive).
+  bool CancelIfIdle(absl::Time now, absl::Duration timeout) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!write_in_flight_ || idle_cancelled_ ||
+          now - write_started_ < timeout) {
+        return false;
+      }
+      idle_cancelled_ = true;
+    }
+    spdlog::warn("stream from {}: the client took nothing for {}; cancelled "
+                 "to free its memory (--stream_idle_timeout)",
+                 peer_, absl::FormatDuration(timeout));
+    // gRPC runs OnCancel on its executor, not inside this call.
+    context_->TryCancel();
+    return true;
+  }
+
  private:
   enum class Action { kNothing, kWrite, kWriteLast, kFinish };
-
-  // Lets the stream's on_ready callback reach the reactor only while it is
-  // alive: OnDone clears `reactor` under `mu`, which the callback holds.
-  struct Link {
-    absl::Mutex mu;
-    StreamReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
-  };
 
   void CancelStream() {
     std::shared_ptr<BatchStream> stream;
@@ -186,12 +248,14 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       case BatchStream::Polled::Kind::kBatch:
         buffer_ = EncodeBatch(std::move(polled.batch));
         write_in_flight_ = true;
+        write_started_ = absl::Now();
         return Action::kWrite;
       case BatchStream::Polled::Kind::kSummary: {
         v1::StreamBatchesResponse response;
         *response.mutable_summary() = polled.summary;
         buffer_ = SerializedBuffer(response.SerializeAsString());
         write_in_flight_ = true;
+        write_started_ = absl::Now();
         finished_ = true;
         spdlog::debug("stream from {} done: {} batches, {} samples, {} skipped",
                       peer_, polled.summary.batches(), polled.summary.samples(),
@@ -212,6 +276,8 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   const std::string peer_;
+  grpc::CallbackServerContext* const context_;
+  GrpcService::Watchdog* const watchdog_;
   std::shared_ptr<Link> link_;
 
   absl::Mutex mu_;
@@ -219,6 +285,8 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // The message being written; untouched while write_in_flight_.
   grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time write_started_ ABSL_GUARDED_BY(mu_);
+  bool idle_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   // Someone is calling StartWrite/Finish (see FinishOnce).
   bool op_busy_ ABSL_GUARDED_BY(mu_) = false;
@@ -226,6 +294,59 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 };
 
 }  // namespace
+
+GrpcService::Watchdog::Watchdog(absl::Duration idle_timeout)
+    : idle_timeout_(idle_timeout), thread_([this] { Loop(); }) {}
+
+GrpcService::Watchdog::~Watchdog() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void GrpcService::Watchdog::Add(const std::shared_ptr<Link>& link) {
+  absl::MutexLock lock(&mu_);
+  links_[link.get()] = link;
+}
+
+void GrpcService::Watchdog::Remove(const Link* link) {
+  absl::MutexLock lock(&mu_);
+  links_.erase(link);
+}
+
+void GrpcService::Watchdog::Loop() {
+  const absl::Duration tick = std::clamp(idle_timeout_ / 4,
+                                         absl::Milliseconds(10), absl::Seconds(1));
+  while (true) {
+    std::vector<std::shared_ptr<Link>> links;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), tick);
+      if (stop_) return;
+      for (const auto& [key, link] : links_) links.push_back(link);
+    }
+    const absl::Time now = absl::Now();
+    for (const std::shared_ptr<Link>& link : links) {
+      absl::MutexLock lock(&link->mu);
+      if (link->reactor != nullptr &&
+          link->reactor->CancelIfIdle(now, idle_timeout_)) {
+        cancelled_.fetch_add(1);
+      }
+    }
+  }
+}
+
+GrpcService::GrpcService(DataService* service, const GrpcServiceOptions& options)
+    : service_(service),
+      watchdog_(std::make_unique<Watchdog>(options.stream_idle_timeout)) {}
+
+GrpcService::~GrpcService() = default;
+
+int64_t GrpcService::idle_streams_cancelled() const {
+  return watchdog_->cancelled();
+}
 
 grpc::ServerUnaryReactor* GrpcService::GetDatasetInfo(
     grpc::CallbackServerContext* context,
@@ -241,7 +362,7 @@ grpc::ServerUnaryReactor* GrpcService::GetDatasetInfo(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcService::StreamBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return new StreamReactor(service_, context, request);
+  return new StreamReactor(service_, watchdog_.get(), context, request);
 }
 
 }  // namespace stoker::server

@@ -7,6 +7,11 @@
 // Each stream's reactor keeps exactly one write in flight and starts the
 // next one when the previous write is done or a batch becomes ready.
 
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "absl/time/time.h"
 #include "proto/stoker.grpc.pb.h"
 #include "server/data_service.h"
 
@@ -15,10 +20,21 @@ namespace stoker::server {
 using StokerServiceBase = v1::Stoker::WithCallbackMethod_GetDatasetInfo<
     v1::Stoker::WithRawCallbackMethod_StreamBatches<v1::Stoker::Service>>;
 
+struct GrpcServiceOptions {
+  // A stream whose client has not taken a batch for this long (a write
+  // stuck in flow control) is cancelled, freeing the memory it held.
+  // Default 2 minutes; must be > 0.
+  absl::Duration stream_idle_timeout = absl::Minutes(2);
+};
+
 class GrpcService final : public StokerServiceBase {
  public:
-  // `service` is not owned and must outlive every call.
-  explicit GrpcService(DataService* service) : service_(service) {}
+  // `service` is not owned and must outlive every call. Starts a watchdog
+  // thread for idle streams; the destructor stops it (all calls must be
+  // done by then: destroy the grpc::Server first).
+  explicit GrpcService(DataService* service,
+                       const GrpcServiceOptions& options = GrpcServiceOptions());
+  ~GrpcService() override;
 
   grpc::ServerUnaryReactor* GetDatasetInfo(
       grpc::CallbackServerContext* context,
@@ -29,8 +45,14 @@ class GrpcService final : public StokerServiceBase {
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
 
+  // Streams cancelled because their client stopped reading.
+  int64_t idle_streams_cancelled() const;
+
+  class Watchdog;  // the live streams and the thread that checks them
+
  private:
   DataService* const service_;
+  const std::unique_ptr<Watchdog> watchdog_;
 };
 
 }  // namespace stoker::server

@@ -4,7 +4,11 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -47,6 +51,16 @@ ABSL_FLAG(bool, dct_scaling, true,
 ABSL_FLAG(int64_t, max_image_pixels, stoker::server::kDefaultMaxImagePixels,
           "Images whose header claims more pixels are refused before "
           "decoding (reported as bad samples). Default: PIL's limit.");
+ABSL_FLAG(int64_t, max_memory_bytes, 0,
+          "Memory budget in bytes for batch buffers and decode buffers; "
+          "streams wait for memory beyond it. 0 = half of the machine's or "
+          "the container's (cgroup) memory, whichever is less.");
+ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Minutes(2),
+          "Cancel a stream whose client has taken nothing for this long "
+          "(frees the memory it holds), e.g. 90s or 5m.");
+ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(20),
+          "On SIGTERM, how long running streams may take to finish their "
+          "current batches before they are cancelled.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -80,7 +94,22 @@ std::vector<std::string> ExtractRepeated(const char* name, int* argc,
   return values;
 }
 
+// Bytes of memory this process may use: the machine's, or less where a
+// cgroup (v2 memory.max or v1 memory.limit_in_bytes) limits the container.
+int64_t AvailableMemoryBytes() {
+  int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+                  static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  for (const char* path : {"/sys/fs/cgroup/memory.max",
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    int64_t limit = 0;
+    if (in >> limit && limit > 0) bytes = std::min(bytes, limit);  // "max" fails
+  }
+  return bytes;
+}
+
 struct Config {
+  absl::Duration drain_grace;
   ServerOptions server;
   DataServiceOptions service;
   std::vector<std::pair<std::string, std::string>> datasets;  // name, glob
@@ -130,6 +159,21 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
   if (config.service.stream.max_inflight_batches < 1) {
     return absl::InvalidArgumentError("--inflight_batches must be >= 1");
   }
+  const int64_t memory = absl::GetFlag(FLAGS_max_memory_bytes);
+  if (memory < 0) {
+    return absl::InvalidArgumentError("--max_memory_bytes must be >= 0");
+  }
+  config.service.max_memory_bytes =
+      memory > 0 ? memory : AvailableMemoryBytes() / 2;
+  config.server.grpc.stream_idle_timeout =
+      absl::GetFlag(FLAGS_stream_idle_timeout);
+  if (config.server.grpc.stream_idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--stream_idle_timeout must be > 0");
+  }
+  config.drain_grace = absl::GetFlag(FLAGS_drain_grace);
+  if (config.drain_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--drain_grace must be >= 0");
+  }
   config.service.processor.dct_scaling = absl::GetFlag(FLAGS_dct_scaling);
   config.service.processor.max_image_pixels =
       absl::GetFlag(FLAGS_max_image_pixels);
@@ -167,11 +211,10 @@ int main(int argc, char** argv) {
   spdlog::set_level(config->log_level);
 
   // Signals are taken by a dedicated thread; block them everywhere else
-  // (before any other thread starts).
+  // (before any other thread starts). SIGUSR2 only tells that thread to end.
   sigset_t signals;
   sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR2}) sigaddset(&signals, sig);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Datasets keep every shard open; large ones need more than the usual
@@ -206,17 +249,39 @@ int main(int argc, char** argv) {
     spdlog::error("{}", server.status().ToString());
     return 1;
   }
-  spdlog::info("stoker_server listening on port {} with {} worker threads",
-               (*server)->port(), config->service.worker_threads);
+  spdlog::info("stoker_server listening on port {} with {} worker threads, "
+               "memory budget {} MiB",
+               (*server)->port(), config->service.worker_threads,
+               config->service.max_memory_bytes >> 20);
 
-  std::thread signal_thread([&signals, s = server->get()] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    spdlog::info("signal {}: shutting down", sig);
-    s->Shutdown();
+  // SIGTERM/SIGINT drain (a second one stops at once); SIGHUP is logged and
+  // ignored: there is no configuration to reload.
+  std::thread drain_thread;
+  std::thread signal_thread([&signals, &drain_thread, s = server->get(),
+                             grace = config->drain_grace] {
+    while (true) {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      if (sig == SIGUSR2) return;
+      if (sig == SIGHUP) {
+        spdlog::info("SIGHUP ignored: stoker_server reloads nothing; restart "
+                     "it to re-index changed shards");
+        continue;
+      }
+      if (!drain_thread.joinable()) {
+        spdlog::info("signal {}: draining (up to {}), then stopping", sig,
+                     absl::FormatDuration(grace));
+        drain_thread = std::thread([s, grace] { s->Drain(grace); });
+        continue;
+      }
+      spdlog::info("signal {} while draining: stopping now", sig);
+      s->Shutdown();
+    }
   });
   (*server)->Wait();
+  pthread_kill(signal_thread.native_handle(), SIGUSR2);
   signal_thread.join();
+  if (drain_thread.joinable()) drain_thread.join();
   auto stats = (*server)->service()->stats();
   spdlog::info("stopped: {} streams served, {} refused, {} samples skipped",
                stats.streams_opened, stats.streams_refused,

@@ -78,6 +78,11 @@ class SampleProcessor {
                        const common::SampleGeometry& geometry, uint8_t* dst,
                        SampleTimings* timings);
 
+  // Bytes of decode buffer kept for the next sample (at most 64 MiB).
+  int64_t kept_buffer_bytes() const {
+    return static_cast<int64_t>(decoded_.pixels.capacity());
+  }
+
  private:
   // ProbeImage plus the pixel limit.
   absl::StatusOr<ImageHeader> Probe(absl::string_view bytes,

@@ -8,19 +8,20 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
 
 namespace stoker::server {
 
 StokerServer::StokerServer(std::unique_ptr<DataService> service,
-                           absl::Duration grace)
+                           const ServerOptions& options)
     : service_(std::move(service)),
-      grpc_service_(service_.get()),
-      grace_(grace) {}
+      grpc_service_(service_.get(), options.grpc),
+      grace_(options.shutdown_grace) {}
 
 absl::StatusOr<std::unique_ptr<StokerServer>> StokerServer::Start(
     const ServerOptions& options, std::unique_ptr<DataService> service) {
   std::unique_ptr<StokerServer> server(
-      new StokerServer(std::move(service), options.shutdown_grace));
+      new StokerServer(std::move(service), options));
   // grpc.health.v1.Health reports SERVING once we listen (Kubernetes' grpc
   // probes use it).
   grpc::EnableDefaultHealthCheckService(true);
@@ -29,6 +30,9 @@ absl::StatusOr<std::unique_ptr<StokerServer>> StokerServer::Start(
   builder.AddListeningPort(options.listen_address,
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&server->grpc_service_);
+  // gRPC sets SO_REUSEPORT by default, so a second server on a busy port
+  // would start and take half of the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Requests are small; batches can be large. Our own limit on batch size
   // (DataServiceOptions::max_batch_bytes) is what bounds sends.
   builder.SetMaxReceiveMessageSize(4 << 20);
@@ -47,6 +51,22 @@ StokerServer::~StokerServer() { Shutdown(); }
 
 std::string StokerServer::local_address() const {
   return absl::StrCat("127.0.0.1:", port_);
+}
+
+void StokerServer::Drain(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+  }
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+  }
+  service_->StartDraining();
+  if (!service_->WaitForStreamsToEnd(grace)) {
+    spdlog::warn("drain grace of {} is over; cancelling the streams left",
+                 absl::FormatDuration(grace));
+  }
+  Shutdown();
 }
 
 void StokerServer::Shutdown() {

@@ -24,11 +24,14 @@ struct ServerOptions {
   std::string listen_address = "0.0.0.0:0";
   // How long Shutdown() lets running calls finish before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(2);
+  GrpcServiceOptions grpc;
 };
 
 class StokerServer {
  public:
-  // Binds and starts serving. UNAVAILABLE if the address cannot be bound.
+  // Binds and starts serving. The port is exclusive: UNAVAILABLE if it
+  // cannot be bound, e.g. another server (even another Stoker) listens on
+  // it.
   static absl::StatusOr<std::unique_ptr<StokerServer>> Start(
       const ServerOptions& options, std::unique_ptr<DataService> service);
   ~StokerServer();
@@ -38,6 +41,12 @@ class StokerServer {
   std::string local_address() const;
   DataService* service() const { return service_.get(); }
 
+  // Graceful shutdown (SIGTERM): health turns NOT_SERVING at once, new
+  // streams are refused with UNAVAILABLE, running ones get up to `grace` to
+  // finish the batches they are assembling and end with UNAVAILABLE (their
+  // clients reissue the rest elsewhere); then Shutdown().
+  void Drain(absl::Duration grace);
+
   // Stops accepting calls, cancels running ones after the grace period,
   // stops the workers. Idempotent.
   void Shutdown();
@@ -45,7 +54,8 @@ class StokerServer {
   void Wait();
 
  private:
-  StokerServer(std::unique_ptr<DataService> service, absl::Duration grace);
+  StokerServer(std::unique_ptr<DataService> service,
+               const ServerOptions& options);
 
   const std::unique_ptr<DataService> service_;
   GrpcService grpc_service_;

@@ -5,10 +5,12 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/loader.h"
 #include "common/augment.h"
 #include "common/random.h"
@@ -277,8 +279,8 @@ TEST_F(EndToEndTest, SkipsAndReportsCorruptTruncatedAndUnlabeledSamples) {
 class RawClient {
  public:
   explicit RawClient(const std::string& address)
-      : stub_(v1::Stoker::NewStub(grpc::CreateChannel(
-            address, grpc::InsecureChannelCredentials()))) {}
+      : stub_(v1::Stoker::NewStub(grpc::CreateCustomChannel(
+            address, grpc::InsecureChannelCredentials(), UnlimitedReceive()))) {}
 
   // Status of a whole StreamBatches call, and how many batches it sent.
   grpc::Status Stream(const v1::StreamBatchesRequest& request,
@@ -296,6 +298,12 @@ class RawClient {
   v1::Stoker::Stub& stub() { return *stub_; }
 
  private:
+  static grpc::ChannelArguments UnlimitedReceive() {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    return args;
+  }
+
   std::unique_ptr<v1::Stoker::Stub> stub_;
 };
 
@@ -464,13 +472,12 @@ TEST_F(EndToEndTest, ClientThatStopsReadingSlowsOnlyItsOwnStream) {
   EXPECT_EQ(batches->size(), 8u);
 }
 
-TEST_F(EndToEndTest, HealthServiceReportsServing) {
-  auto cluster = StartCluster();
-  ASSERT_NE(cluster, nullptr);
-  auto channel = grpc::CreateChannel(cluster->address(0),
-                                     grpc::InsecureChannelCredentials());
+// grpc.health.v1.Health/Check for the whole server: the response bytes
+// ("\x08\x01" is SERVING, "\x08\x02" NOT_SERVING), or the error.
+absl::StatusOr<std::string> HealthCheck(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   // grpc.health.v1.HealthCheckRequest{service: ""} is empty on the wire;
-  // HealthCheckResponse{status: SERVING} is field 1 = 1.
+  // HealthCheckResponse{status} is field 1.
   grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check",
                                    grpc::internal::RpcMethod::NORMAL_RPC);
   grpc::ClientContext context;
@@ -479,14 +486,188 @@ TEST_F(EndToEndTest, HealthServiceReportsServing) {
   grpc::Status status =
       grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
           channel.get(), method, &context, request, &response);
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  if (!status.ok()) return absl::UnavailableError(status.error_message());
   std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
+  if (!response.Dump(&slices).ok()) return absl::DataLossError("no response");
   std::string bytes;
   for (const auto& slice : slices) {
     bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
-  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  return bytes;
+}
+
+const std::string kServing("\x08\x01", 2);
+const std::string kNotServing("\x08\x02", 2);
+
+TEST_F(EndToEndTest, HealthServiceReportsServing) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  absl::StatusOr<std::string> health = HealthCheck(cluster->address(0));
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, kServing);
+}
+
+// A stream whose client never reads: the server's first write stays stuck
+// in flow control, holding its batch. Cancelled when destroyed.
+class UnreadStream {
+ public:
+  UnreadStream(RawClient& client, const v1::StreamBatchesRequest& request)
+      : reader_(client.stub().StreamBatches(&context_, request)) {}
+  ~UnreadStream() {
+    if (!finished_) {
+      context_.TryCancel();
+      Finish();
+    }
+  }
+  // Reads what is left and returns the call's status.
+  grpc::Status Finish() {
+    v1::StreamBatchesResponse response;
+    while (reader_->Read(&response)) {
+    }
+    finished_ = true;
+    return reader_->Finish();
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::StreamBatchesResponse>> reader_;
+  bool finished_ = false;
+};
+
+// Polls `done` every 10 ms for up to a minute (a bound for hung tests, not a
+// timing assertion).
+bool Eventually(const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// Before the budget, clients that stop reading made the server hold
+// (inflight + 1) batches each, without bound (six clients asking for
+// 503 MB batches took it to 9 GB). Now their streams wait for memory and a
+// normal client beside them finishes its epoch.
+TEST_F(EndToEndTest, StalledClientsCannotTakeMoreThanTheMemoryBudget) {
+  server::DataServiceOptions options = Cluster::DefaultServiceOptions();
+  options.max_memory_bytes = 4 << 20;  // five 768 KiB batches
+  auto cluster = StartCluster(options);
+  ASSERT_NE(cluster, nullptr);
+  server::DataService* service = cluster->server(0)->service();
+  RawClient client(cluster->address(0));
+  std::vector<std::unique_ptr<UnreadStream>> stalled;
+  for (int i = 0; i < 6; ++i) {
+    stalled.push_back(std::make_unique<UnreadStream>(client, LargeRequest()));
+  }
+  // Memory runs out: streams are left waiting for it.
+  ASSERT_TRUE(Eventually([&] {
+    return service->stats().active_streams == 6 &&
+           service->stats().memory.waiting > 0;
+  }));
+  auto loader =
+      client::Loader::Create(TestLoaderOptions(cluster->specs(), kDataset, 4));
+  ASSERT_TRUE(loader.ok());
+  auto batches = ReadEpoch(**loader, 0);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  EXPECT_EQ(batches->size(), 8u);
+  // Batches never went past the budget; the workers' decode buffers (small
+  // images here) are charged on top without waiting.
+  const server::MemoryBudget::Stats memory = service->stats().memory;
+  EXPECT_LE(memory.peak, options.max_memory_bytes + (1 << 20));
+  EXPECT_GT(memory.peak, options.max_memory_bytes - (1 << 20));
+
+  stalled.clear();  // clients cancel: everything they held is given back
+  EXPECT_TRUE(Eventually([&] {
+    return service->stats().active_streams == 0 &&
+           service->stats().memory.used < (1 << 20);
+  })) << service->stats().memory.used;
+}
+
+TEST_F(EndToEndTest, IdleStreamsAreCancelledAndTheirMemoryFreed) {
+  server::GrpcServiceOptions grpc;
+  grpc.stream_idle_timeout = absl::Milliseconds(300);
+  auto cluster = Cluster::Start(1, kDataset, shards_.glob,
+                                Cluster::DefaultServiceOptions(), grpc);
+  ASSERT_TRUE(cluster.ok());
+  server::DataService* service = (*cluster)->server(0)->service();
+  RawClient client((*cluster)->address(0));
+  UnreadStream a(client, LargeRequest()), b(client, LargeRequest());
+  ASSERT_TRUE(Eventually([&] { return service->stats().active_streams == 2; }));
+  // Nothing read for the timeout: the server cancels both and frees their
+  // batches, with no help from the clients.
+  EXPECT_TRUE(Eventually([&] {
+    return service->stats().active_streams == 0 &&
+           service->stats().memory.used < (1 << 20);
+  }));
+  EXPECT_EQ(a.Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(b.Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // A client that keeps reading is never idle.
+  auto loader = client::Loader::Create(
+      TestLoaderOptions((*cluster)->specs(), kDataset, 4));
+  ASSERT_TRUE(loader.ok());
+  EXPECT_TRUE(ReadEpoch(**loader, 0).ok());
+}
+
+TEST_F(EndToEndTest, BatchLargerThanTheWholeBudgetIsRefused) {
+  server::DataServiceOptions options = Cluster::DefaultServiceOptions();
+  options.max_memory_bytes = 1 << 20;
+  auto cluster = StartCluster(options);
+  ASSERT_NE(cluster, nullptr);
+  RawClient client(cluster->address(0));
+  v1::StreamBatchesRequest request = LargeRequest();
+  request.mutable_plan()->set_batch_size(2);  // 1.5 MiB
+  grpc::Status status = client.Stream(request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("--max_memory_bytes"));
+  EXPECT_TRUE(client.Stream(ValidRequest()).ok());
+}
+
+// SIGTERM's path: health turns NOT_SERVING, new streams are refused with
+// UNAVAILABLE, a running one delivers what it was assembling and ends with
+// UNAVAILABLE (clients reissue the rest elsewhere). Before, clients saw
+// UNAVAILABLE "Cancelling all calls" at once and health stayed SERVING.
+TEST_F(EndToEndTest, DrainEndsStreamsWithUnavailableAndRefusesNewOnes) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  server::StokerServer* server = cluster->server(0);
+  RawClient client(cluster->address(0));
+  grpc::ClientContext context;
+  // 12 MiB batches: more than any flow-control window, so the stream stays
+  // open (and the server draining) until this client reads on.
+  v1::StreamBatchesRequest huge = LargeRequest();
+  *huge.mutable_plan()->mutable_transform() =
+      *common::ParseTransform("RandomResizedCrop(2048)");
+  auto reader = client.stub().StreamBatches(&context, huge);
+  v1::StreamBatchesResponse response;
+  ASSERT_TRUE(reader->Read(&response));  // the stream is under way
+  std::thread drain([server] { server->Drain(absl::Seconds(30)); });
+  ASSERT_TRUE(Eventually([&] {
+    absl::StatusOr<std::string> health = HealthCheck(cluster->address(0));
+    return health.ok() && *health == kNotServing;
+  }));
+  grpc::Status refused = client.Stream(ValidRequest());
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.error_message(), HasSubstr("draining"));
+  int batches = 1;
+  while (reader->Read(&response)) batches += response.has_batch();
+  grpc::Status ended = reader->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(ended.error_message(), HasSubstr("draining"));
+  EXPECT_LT(batches, 30);
+  drain.join();  // returns once the stream ended, not after the grace
+}
+
+// gRPC sets SO_REUSEPORT, so a second server on a busy port started and
+// took half of the new connections (with other data, possibly).
+TEST_F(EndToEndTest, PortIsExclusive) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  const std::string address = cluster->address(0);
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  auto second = cluster->StartServerOnPort(port);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::IsUnavailable(second.status())) << second.status();
 }
 
 TEST_F(EndToEndTest, FullSizeImageNetBatchCrossesTheWire) {

@@ -42,11 +42,12 @@ server::DataServiceOptions Cluster::DefaultServiceOptions() {
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     int servers, const std::string& dataset, const std::string& glob,
-    const server::DataServiceOptions& options) {
-  std::unique_ptr<Cluster> cluster(new Cluster(dataset, glob, options));
+    const server::DataServiceOptions& options,
+    const server::GrpcServiceOptions& grpc) {
+  std::unique_ptr<Cluster> cluster(new Cluster(dataset, glob, options, grpc));
   for (int i = 0; i < servers; ++i) {
     absl::StatusOr<std::unique_ptr<server::StokerServer>> s =
-        cluster->StartOne(0);
+        cluster->StartServerOnPort(0);
     if (!s.ok()) return s.status();
     cluster->ports_.push_back((*s)->port());
     cluster->servers_.push_back(*std::move(s));
@@ -60,7 +61,7 @@ Cluster::~Cluster() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<server::StokerServer>> Cluster::StartOne(
+absl::StatusOr<std::unique_ptr<server::StokerServer>> Cluster::StartServerOnPort(
     int port) {
   absl::StatusOr<std::unique_ptr<server::Dataset>> d =
       server::Dataset::Open(dataset_, glob_);
@@ -73,6 +74,7 @@ absl::StatusOr<std::unique_ptr<server::StokerServer>> Cluster::StartOne(
   server::ServerOptions server_options;
   server_options.listen_address = absl::StrCat("127.0.0.1:", port);
   server_options.shutdown_grace = absl::ZeroDuration();
+  server_options.grpc = grpc_;
   return server::StokerServer::Start(server_options, *std::move(service));
 }
 
@@ -104,7 +106,7 @@ void Cluster::Kill(int i) {
 
 absl::Status Cluster::Restart(int i) {
   absl::StatusOr<std::unique_ptr<server::StokerServer>> s =
-      StartOne(ports_[i]);
+      StartServerOnPort(ports_[i]);
   if (!s.ok()) return s.status();
   servers_[i] = *std::move(s);
   return absl::OkStatus();

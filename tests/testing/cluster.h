@@ -38,7 +38,8 @@ class Cluster {
  public:
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(
       int servers, const std::string& dataset, const std::string& glob,
-      const server::DataServiceOptions& options = DefaultServiceOptions());
+      const server::DataServiceOptions& options = DefaultServiceOptions(),
+      const server::GrpcServiceOptions& grpc = server::GrpcServiceOptions());
   ~Cluster();
 
   static server::DataServiceOptions DefaultServiceOptions();
@@ -55,18 +56,23 @@ class Cluster {
   void Kill(int i);
   // Starts server i again on its old port.
   absl::Status Restart(int i);
+  // Another server with this cluster's data and options on `port` (0 picks
+  // one), not part of the cluster.
+  absl::StatusOr<std::unique_ptr<server::StokerServer>> StartServerOnPort(
+      int port);
 
  private:
   Cluster(std::string dataset, std::string glob,
-          server::DataServiceOptions options)
+          server::DataServiceOptions options, server::GrpcServiceOptions grpc)
       : dataset_(std::move(dataset)),
         glob_(std::move(glob)),
-        options_(std::move(options)) {}
-  absl::StatusOr<std::unique_ptr<server::StokerServer>> StartOne(int port);
+        options_(std::move(options)),
+        grpc_(grpc) {}
 
   const std::string dataset_;
   const std::string glob_;
   const server::DataServiceOptions options_;
+  const server::GrpcServiceOptions grpc_;
   std::vector<int> ports_;
   std::vector<std::unique_ptr<server::StokerServer>> servers_;
 };
