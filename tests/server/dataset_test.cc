@@ -71,28 +71,6 @@ class DatasetTest : public ::testing::Test {
     return ss.str();
   }
 
-  // Rewrites `path` through its own inode (O_TRUNC, no rename) and moves its
-  // mtime 10 s ahead, so the change shows even within one clock tick.
-  static void OverwriteInPlace(const std::string& path,
-                               const std::string& data) {
-    struct stat before;
-    ASSERT_EQ(::stat(path.c_str(), &before), 0);
-    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, data.data(), data.size()),
-              static_cast<ssize_t>(data.size()));
-    ASSERT_EQ(::close(fd), 0);
-    struct timespec times[2];
-    times[0].tv_sec = 0;
-    times[0].tv_nsec = UTIME_OMIT;
-    times[1] = before.st_mtim;
-    times[1].tv_sec += 10;
-    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
-    struct stat after;
-    ASSERT_EQ(::stat(path.c_str(), &after), 0);
-    ASSERT_EQ(after.st_ino, before.st_ino);
-  }
-
   std::unique_ptr<Dataset> OpenOrDie(const std::string& glob) {
     absl::StatusOr<std::unique_ptr<Dataset>> dataset =
         Dataset::Open("ds", glob);
@@ -408,7 +386,9 @@ TEST_F(DatasetTest, ReadRefusesSamplesOfAShardOverwrittenInPlace) {
   // Same size and layout under the same key: only the stamp tells.
   ASSERT_TRUE(
       WriteTarFile(Path("new.tar.tmp"), {{"a.jpg", "Z"}, {"a.cls", "9"}}).ok());
-  OverwriteInPlace(Path("a.tar"), ReadBytes(Path("new.tar.tmp")));
+  ASSERT_TRUE(::stoker::testing::OverwriteFileInPlace(
+                  Path("a.tar"), ReadBytes(Path("new.tar.tmp")))
+                  .ok());
 
   std::string image;
   int32_t label = -1;

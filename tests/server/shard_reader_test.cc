@@ -82,29 +82,6 @@ class ShardReaderTest : public ::testing::Test {
     return "";
   }
 
-  // Rewrites `path` through its own inode (O_TRUNC, no rename), as `cp` over
-  // a served shard would, and moves its mtime 10 s ahead so that the change
-  // shows even when it lands in the same clock tick as the indexing.
-  static void OverwriteInPlace(const std::string& path,
-                               const std::string& data) {
-    struct stat before;
-    ASSERT_EQ(::stat(path.c_str(), &before), 0);
-    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, data.data(), data.size()),
-              static_cast<ssize_t>(data.size()));
-    ASSERT_EQ(::close(fd), 0);
-    struct timespec times[2];
-    times[0].tv_sec = 0;
-    times[0].tv_nsec = UTIME_OMIT;
-    times[1] = before.st_mtim;
-    times[1].tv_sec += 10;
-    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
-    struct stat after;
-    ASSERT_EQ(::stat(path.c_str(), &after), 0);
-    ASSERT_EQ(after.st_ino, before.st_ino);
-  }
-
   ShardIndex BuildOrDie(const std::string& path) {
     absl::StatusOr<ShardIndex> index = ShardIndex::Build(path, 3);
     EXPECT_TRUE(index.ok()) << index.status();
@@ -856,7 +833,7 @@ TEST_F(ShardReaderTest, ReadRefusesShardOverwrittenInPlace) {
   const std::string other = Path("other.tar");
   ASSERT_TRUE(
       WriteTarFile(other, {{"a.jpg", Bytes(4000, 2)}, {"a.cls", "7"}}).ok());
-  OverwriteInPlace(path, ReadFile(other));
+  ASSERT_TRUE(::stoker::testing::OverwriteFileInPlace(path, ReadFile(other)).ok());
 
   std::string bytes;
   int32_t label = -1;
@@ -882,7 +859,7 @@ TEST_F(ShardReaderTest, OpenForIndexRefusesShardChangedSinceIndexing) {
     ASSERT_TRUE((*reader)->ReadSample(index.samples()[0], &bytes, &label).ok());
     EXPECT_EQ(bytes, "A");
   }
-  OverwriteInPlace(path, ReadFile(path));
+  ASSERT_TRUE(::stoker::testing::OverwriteFileInPlace(path, ReadFile(path)).ok());
   absl::StatusOr<std::unique_ptr<ShardReader>> reader =
       ShardReader::Open(index);
   EXPECT_EQ(reader.status().code(), absl::StatusCode::kDataLoss);

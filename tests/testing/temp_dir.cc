@@ -1,5 +1,9 @@
 #include "tests/testing/temp_dir.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +26,34 @@ std::string TempDir(const std::string& name) {
 std::string TempDirForCurrentTest() {
   return TempDir(
       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+}
+
+absl::Status OverwriteFileInPlace(const std::string& path,
+                                  const std::string& data) {
+  struct stat before;
+  if (::stat(path.c_str(), &before) != 0) {
+    return absl::NotFoundError(absl::StrCat("stat ", path));
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path));
+  const bool written =
+      ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+  if (::close(fd) != 0 || !written) {
+    return absl::InternalError(absl::StrCat("write ", path));
+  }
+  struct timespec times[2];
+  times[0].tv_sec = 0;
+  times[0].tv_nsec = UTIME_OMIT;
+  times[1] = before.st_mtim;
+  times[1].tv_sec += 10;
+  if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) {
+    return absl::InternalError(absl::StrCat("utimensat ", path));
+  }
+  struct stat after;
+  if (::stat(path.c_str(), &after) != 0 || after.st_ino != before.st_ino) {
+    return absl::InternalError(absl::StrCat(path, " changed inode"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace stoker::testing

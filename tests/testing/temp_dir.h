@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace stoker::testing {
 
 // A fresh, empty directory TEST_TMPDIR/<name>_<n> (n unique per process);
@@ -11,6 +13,12 @@ std::string TempDir(const std::string& name);
 
 // TempDir named after the running GoogleTest case.
 std::string TempDirForCurrentTest();
+
+// Rewrites the file at `path` with `data` through its own inode (O_TRUNC, no
+// rename), as `cp` over a served shard would, and moves its mtime 10 s
+// ahead, so the change shows even within one clock tick of an earlier stat.
+absl::Status OverwriteFileInPlace(const std::string& path,
+                                  const std::string& data);
 
 }  // namespace stoker::testing
 
