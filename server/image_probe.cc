@@ -29,13 +29,17 @@ class Bytes {
   absl::string_view b_;
 };
 
+// No format this server reads allows more (PNG's own limit); it also keeps
+// width * height far from overflowing.
+constexpr int64_t kMaxSide = 0x7FFFFFFF;
+
 absl::Status Malformed(ImageCodec codec, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(ImageCodecName(codec), ": ", what));
 }
 
 absl::StatusOr<ImageHeader> Sized(ImageCodec codec, int64_t width,
                                   int64_t height) {
-  if (width < 1 || height < 1) {
+  if (width < 1 || height < 1 || width > kMaxSide || height > kMaxSide) {
     return Malformed(codec, absl::StrCat("header claims ", width, "x", height,
                                          " pixels"));
   }

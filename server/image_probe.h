@@ -30,7 +30,8 @@ const char* ImageCodecName(ImageCodec codec);
 
 struct ImageHeader {
   ImageCodec codec = ImageCodec::kJpeg;
-  // What the header claims, >= 1 each (a header claiming 0 is refused).
+  // What the header claims, in [1, 2^31 - 1] each (other claims are
+  // refused), so pixels() cannot overflow.
   int64_t width = 0;
   int64_t height = 0;
   int64_t pixels() const { return width * height; }

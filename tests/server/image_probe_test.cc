@@ -93,6 +93,8 @@ TEST(ImageProbeTest, RefusesUnsupportedAndMalformedBytes) {
       "BM\0\0\0\0\0\0\0\0\0\0\0\0\x28\0\0\0",         // cut off
       "P6\n12",                                        // no height
       "P6\n99999999999999999 1\n255\n",                // absurd
+      // Found by the fuzzer: 37095516154 x 3709551615 overflowed pixels().
+      "P6\n37095516154 3709551615\n255\n",
   };
   for (const std::string& bytes : refused) {
     absl::StatusOr<ImageHeader> header = ProbeImage(bytes);
