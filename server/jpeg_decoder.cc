@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
@@ -90,6 +91,17 @@ bool HasEndOfImage(const uint8_t* data, size_t size) {
   return false;
 }
 
+// OpenCV's conversion (as used by cv::imdecode) of libjpeg's CMYK output,
+// which for Adobe files holds inverted values.
+void CmykToRgb(const uint8_t* cmyk, int width, uint8_t* rgb) {
+  for (int x = 0; x < width; ++x, cmyk += 4, rgb += 3) {
+    const int k = cmyk[3];
+    rgb[0] = static_cast<uint8_t>(k - ((255 - cmyk[0]) * k >> 8));
+    rgb[1] = static_cast<uint8_t>(k - ((255 - cmyk[1]) * k >> 8));
+    rgb[2] = static_cast<uint8_t>(k - ((255 - cmyk[2]) * k >> 8));
+  }
+}
+
 int CeilDiv(int64_t a, int b) { return static_cast<int>((a + b - 1) / b); }
 
 enum class Outcome {
@@ -99,7 +111,6 @@ enum class Outcome {
   kCorrupt,
   kEmptyRegion,
   kTooLarge,
-  kCmyk
 };
 
 }  // namespace
@@ -107,8 +118,8 @@ enum class Outcome {
 struct JpegDecoder::State {
   jpeg_decompress_struct cinfo;
   ErrorManager err;
-  // The size of the last image that Decode left to OpenCV.
-  ImageInfo cmyk_info;
+  // One CMYK row, converted to RGB as it is read.
+  std::vector<uint8_t> cmyk_row;
 
   void Reset() {
     // Returns the decompressor to its idle state even if a previous call
@@ -146,13 +157,8 @@ struct JpegDecoder::State {
     }
     jpeg_mem_src(&cinfo, data, size);
     jpeg_read_header(&cinfo, TRUE);
-    if (cinfo.jpeg_color_space == JCS_CMYK ||
-        cinfo.jpeg_color_space == JCS_YCCK) {
-      cmyk_info = {static_cast<int>(cinfo.image_width),
-                   static_cast<int>(cinfo.image_height)};
-      jpeg_abort_decompress(&cinfo);
-      return Outcome::kCmyk;
-    }
+    const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK ||
+                      cinfo.jpeg_color_space == JCS_YCCK;
     const int full_w = static_cast<int>(cinfo.image_width);
     const int full_h = static_cast<int>(cinfo.image_height);
     const int x0 = std::max(want.x, 0);
@@ -166,7 +172,8 @@ struct JpegDecoder::State {
       return Outcome::kEmptyRegion;
     }
 
-    cinfo.out_color_space = JCS_RGB;  // also expands grayscale
+    // RGB also expands grayscale; CMYK is converted below, per row.
+    cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
     cinfo.scale_num = 1;
     cinfo.scale_denom = denom;
     jpeg_start_decompress(&cinfo);
@@ -199,6 +206,17 @@ struct JpegDecoder::State {
     while (static_cast<int>(cinfo.output_scanline) < sy1) {
       const int next = static_cast<int>(cinfo.output_scanline);
       const int n = std::min(kRowsPerRead, sy1 - next);
+      if (cmyk) {
+        cmyk_row.resize(4 * static_cast<size_t>(width));
+        rows[0] = cmyk_row.data();
+        if (jpeg_read_scanlines(&cinfo, rows, 1) == 0) {
+          std::snprintf(err.message, sizeof(err.message), "decoder stalled");
+          jpeg_abort_decompress(&cinfo);
+          return Outcome::kError;
+        }
+        CmykToRgb(cmyk_row.data(), width, base + (next - sy0) * stride);
+        continue;
+      }
       for (int i = 0; i < n; ++i) rows[i] = base + (next - sy0 + i) * stride;
       if (jpeg_read_scanlines(&cinfo, rows, n) == 0) {
         // Cannot happen with a memory source (it never suspends).
@@ -266,8 +284,6 @@ absl::Status JpegDecoder::Decode(absl::string_view jpeg, Region want,
                          jpeg.size(), want, scale_denom, out)) {
     case Outcome::kOk:
       return absl::OkStatus();
-    case Outcome::kCmyk:
-      return DecodeWithOpenCV(jpeg, state_->cmyk_info, out);
     case Outcome::kEmptyRegion:
       return absl::InvalidArgumentError(absl::StrCat(
           "JPEG decode region ", want.x, ",", want.y, " ", want.width, "x",

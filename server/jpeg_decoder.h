@@ -92,8 +92,8 @@ class JpegDecoder {
   // inside `want` equal those of a full decode at the same scale; pixels on
   // the left/right edge of the decoded region may differ slightly (libjpeg
   // treats the cropped edge as an image edge when upsampling chroma).
-  // CMYK/YCCK JPEGs are decoded whole by DecodeWithOpenCV instead (rare:
-  // ImageNet has ~20), so `out` then holds the full image at scale 1.
+  // CMYK/YCCK JPEGs (ImageNet has ~20) go the same way and are converted to
+  // RGB as OpenCV converts them.
   // ResourceExhausted if the decoded region would exceed 2^28 pixels.
   // `jpeg` is only read during the call. On error `out` is unspecified.
   absl::Status Decode(absl::string_view jpeg, Region want, int scale_denom,

@@ -429,7 +429,9 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
   auto skip_corrupt = [&](int64_t bad, std::optional<int64_t> resume,
                           std::string reason, bool loses_next_member) {
     const size_t region = regions.size();
-    regions.push_back(CorruptRegion{bad, resume.value_or(file_size) - bad,
+    // Never past the end of the file (a cut-off last block).
+    const int64_t end = std::min(resume.value_or(file_size), file_size);
+    regions.push_back(CorruptRegion{bad, std::max<int64_t>(end - bad, 0),
                                     std::move(reason)});
     if (last_sample.has_value()) near_region.emplace_back(*last_sample, region);
     after_region = region;

@@ -2,8 +2,10 @@
 # Installs what is missing, then runs the whole CPU test suite: C++ unit and
 # end-to-end tests, process tests and the Python tests, and builds the tree
 # with clang's thread-safety analysis as errors (--config=clang, in an output
-# base of its own so both caches stay warm). GPU tests (Bazel tag "gpu") run
-# too with --gpu, on a machine with a GPU.
+# base of its own so both caches stay warm). Then it builds the libFuzzer
+# targets of tests/fuzz with ASan and UBSan (--config=fuzz, same output base)
+# and runs each for STOKER_FUZZ_SECONDS seconds (default 60; 0 skips them).
+# GPU tests (Bazel tag "gpu") run too with --gpu, on a machine with a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -26,7 +28,6 @@ echo "clang thread-safety build (output base $clang_base)"
 bazel --output_base="$clang_base" build --config=clang --symlink_prefix=/ \
   --build_tag_filters="$filters" "${packages[@]}"
 clang_status=$?
-bazel --output_base="$clang_base" shutdown
 if [ "$clang_status" -ne 0 ]; then
   echo "clang thread-safety build: FAILED"
   status=1
@@ -34,11 +35,59 @@ else
   echo "clang thread-safety build: passed"
 fi
 
+# Fuzzing, bounded: each fuzzer runs alone (one process, one input at a time)
+# on a scratch copy of its seed corpus, so the checkout stays clean. A crash,
+# leak, sanitizer report, failed property check, timeout or memory blow-up
+# fails the suite; its scratch directory (log and reproducer) is kept.
+fuzz_seconds="${STOKER_FUZZ_SECONDS:-60}"
+fuzzers=(shard_reader image transform_spec data_service)
+if [ "$fuzz_seconds" -gt 0 ]; then
+  fuzz_targets=()
+  for f in "${fuzzers[@]}"; do fuzz_targets+=("//tests/fuzz:${f}_fuzzer"); done
+  echo "fuzzing: building ${fuzz_targets[*]} (--config=fuzz)"
+  if ! bazel --output_base="$clang_base" build --config=fuzz \
+      --symlink_prefix=/ "${fuzz_targets[@]}"; then
+    echo "fuzzing: build FAILED"
+    status=1
+  else
+    fuzz_bin="$(bazel --output_base="$clang_base" info --config=fuzz \
+      bazel-bin 2>/dev/null)/tests/fuzz"
+    fuzz_dir="$(mktemp -d -t stoker-fuzz.XXXXXX)"
+    fuzz_failed=0
+    for f in "${fuzzers[@]}"; do
+      work="$fuzz_dir/$f"
+      mkdir -p "$work/corpus"
+      cp tests/fuzz/corpus/"$f"/* "$work/corpus/"
+      ( cd "$work" &&
+        UBSAN_OPTIONS=print_stacktrace=1 "$fuzz_bin/${f}_fuzzer" \
+          -max_total_time="$fuzz_seconds" -timeout=30 -rss_limit_mb=2048 \
+          -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$work/" \
+          corpus >"$work/log" 2>&1 )
+      rc=$?
+      execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log")
+      rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log")
+      if [ "$rc" -ne 0 ]; then
+        tail -n 60 "$work/log"
+        echo "fuzzing $f: FAILED (exit $rc); log and reproducer in $work"
+        fuzz_failed=1
+      else
+        echo "fuzzing $f: passed, ${execs:-?} runs, ${rate:-?}/s in ${fuzz_seconds}s"
+      fi
+    done
+    if [ "$fuzz_failed" -ne 0 ]; then
+      status=1
+    else
+      rm -rf "$fuzz_dir"
+    fi
+  fi
+fi
+bazel --output_base="$clang_base" shutdown
+
 # One closing line for people and CI: test targets (each a whole test
 # binary or script) passed and failed.
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY)' "$log")
-# A build error, or the clang build's.
+# A build error, the clang build's, or a fuzzer's failure.
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 echo "targets: $passed passed, $failed failed"
 exit "$status"
