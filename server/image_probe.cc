@@ -137,37 +137,6 @@ absl::StatusOr<ImageHeader> ProbeBmp(const Bytes& b) {
   return Sized(kCodec, width, height < 0 ? -height : height);
 }
 
-// "P<n>", then width and height as decimal text separated by whitespace and
-// '#' comments running to the end of the line.
-absl::StatusOr<ImageHeader> ProbePnm(const Bytes& b) {
-  constexpr ImageCodec kCodec = ImageCodec::kPnm;
-  constexpr int64_t kMaxValue = int64_t{1} << 40;
-  size_t pos = 2;
-  int64_t values[2];
-  for (int64_t& value : values) {
-    while (pos < b.size()) {
-      const char c = static_cast<char>(b.U8(pos));
-      if (c == '#') {
-        while (pos < b.size() && b.U8(pos) != '\n' && b.U8(pos) != '\r') ++pos;
-      } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
-                 c == '\v' || c == '\f') {
-        ++pos;
-      } else {
-        break;
-      }
-    }
-    if (pos >= b.size() || b.U8(pos) < '0' || b.U8(pos) > '9') {
-      return Malformed(kCodec, "size is missing or not a number");
-    }
-    value = 0;
-    while (pos < b.size() && b.U8(pos) >= '0' && b.U8(pos) <= '9') {
-      value = value * 10 + (b.U8(pos++) - '0');
-      if (value > kMaxValue) return Malformed(kCodec, "size is absurdly large");
-    }
-  }
-  return Sized(kCodec, values[0], values[1]);
-}
-
 }  // namespace
 
 const char* ImageCodecName(ImageCodec codec) {
@@ -180,8 +149,6 @@ const char* ImageCodecName(ImageCodec codec) {
       return "WebP";
     case ImageCodec::kBmp:
       return "BMP";
-    case ImageCodec::kPnm:
-      return "PNM";
   }
   return "?";
 }
@@ -194,19 +161,13 @@ absl::StatusOr<ImageHeader> ProbeImage(absl::string_view bytes) {
   if (b.Equals(0, "\x89PNG\r\n\x1a\n")) return ProbePng(b);
   if (b.Equals(0, "RIFF") && b.Equals(8, "WEBP")) return ProbeWebp(b);
   if (b.Equals(0, "BM")) return ProbeBmp(b);
-  if (b.size() >= 3 && b.U8(0) == 'P' && b.U8(1) >= '1' && b.U8(1) <= '6') {
-    const uint8_t c = b.U8(2);
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '#') {
-      return ProbePnm(b);
-    }
-  }
   std::string start;
   for (size_t i = 0; i < std::min<size_t>(b.size(), 4); ++i) {
     absl::StrAppend(&start, i == 0 ? "" : " ",
                     absl::Hex(b.U8(i), absl::kZeroPad2));
   }
   return absl::DataLossError(absl::StrCat(
-      "not an image format this server decodes (JPEG, PNG, WebP, BMP, PNM); ",
+      "not an image format this server decodes (JPEG, PNG, WebP, BMP); ",
       b.size() == 0 ? "the member is empty"
                     : absl::StrCat("it starts with ", start)));
 }

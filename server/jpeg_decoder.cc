@@ -185,9 +185,14 @@ struct JpegDecoder::State {
     const int sx1 = std::min(CeilDiv(x1, denom) + 1, scaled_w);
     const int sy0 = y0 / denom;
     const int sy1 = std::min(CeilDiv(y1, denom), scaled_h);
-    JDIMENSION crop_x = sx0;
-    JDIMENSION crop_w = sx1 - sx0;
-    if (static_cast<int>(crop_w) < scaled_w) {
+    JDIMENSION crop_x = 0;
+    JDIMENSION crop_w = scaled_w;
+    // Not for progressive files: libjpeg's block smoothing (used when their
+    // AC scans are incomplete) treats the crop's edge as the image's, which
+    // would change pixels deep inside the region.
+    if (!cinfo.progressive_mode && sx1 - sx0 < scaled_w) {
+      crop_x = sx0;
+      crop_w = sx1 - sx0;
       jpeg_crop_scanline(&cinfo, &crop_x, &crop_w);
     }
     const int width = static_cast<int>(cinfo.output_width);

@@ -88,7 +88,8 @@ class JpegDecoder {
   // clipped region is empty) at scale 1/scale_denom (1, 2, 4 or 8, else
   // InvalidArgument) into `out`, which describes what was actually decoded:
   // the region grows to iMCU boundaries (8 or 16 scaled pixels) to the left
-  // and by a pixel on each side. Decoded pixels whose source footprint lies
+  // and by a pixel on each side (progressive files decode the full width:
+  // libjpeg's block smoothing would treat a cropped edge as the image's). Decoded pixels whose source footprint lies
   // inside `want` equal those of a full decode at the same scale; pixels on
   // the left/right edge of the decoded region may differ slightly (libjpeg
   // treats the cropped edge as an image edge when upsampling chroma).
@@ -104,7 +105,7 @@ class JpegDecoder {
   std::unique_ptr<State> state_;
 };
 
-// Decodes an image OpenCV reads (PNG, BMP, WebP, PNM, CMYK JPEG, ...) whole,
+// Decodes an image OpenCV reads (PNG, BMP, WebP, ...) whole,
 // at scale 1, into `out` (converted to RGB: alpha dropped, grey expanded,
 // 16-bit reduced to 8-bit). `expected` is the size its header claims
 // (server/image_probe.h), which the caller has already checked against its

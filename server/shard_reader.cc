@@ -571,7 +571,7 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
       // cut-down one, which must not become a key.
       CorruptRegion& region = regions[*drop_member_of];
       drop_member_of.reset();
-      region.size = next - region.offset;
+      region.size = std::min(next, file_size) - region.offset;
       if (cut_off) break;
       offset = next;
       continue;

@@ -38,6 +38,7 @@ void PutOctal(char* field, int len, uint64_t value) {
 }
 
 void PutString(char* field, size_t len, absl::string_view value) {
+  if (value.empty()) return;  // data() may be null
   std::memcpy(field, value.data(), std::min(len, value.size()));
 }
 

@@ -22,7 +22,8 @@
 // with partial_decode on and off gives identical pixels when both succeed
 // (the header promises the partial decode does not change the output); a
 // successful JpegDecoder::Decode describes a decoded region that covers the
-// requested one, inside the image, with consistent buffer sizes.
+// requested one, inside the image, with consistent buffer sizes; no JPEG
+// without an end-of-image marker decodes (truncated JPEGs are refused).
 //
 // Processors and the decoder are kept across inputs, like a server worker's,
 // so buffer reuse is exercised too.
@@ -133,6 +134,12 @@ SampleProcessor& Processor(bool dct_scaling, bool partial_decode) {
   return *processors[dct_scaling][partial_decode];
 }
 
+// The JPEG decoder's promise for data cut short: a JPEG decodes only if an
+// end-of-image marker (FF D9) is there to be found.
+bool HasEndOfImage(absl::string_view bytes) {
+  return bytes.find("\xff\xd9") != absl::string_view::npos;
+}
+
 void CheckDecodeRegion(JpegDecoder* decoder, absl::string_view bytes,
                        const Params& params, ImageInfo info) {
   static DecodedImage* const out = new DecodedImage();
@@ -146,6 +153,8 @@ void CheckDecodeRegion(JpegDecoder* decoder, absl::string_view bytes,
   want.height = std::max(1, static_cast<int>(y1) - want.y);
   const absl::Status s = decoder->Decode(bytes, want, params.scale_denom, out);
   if (!s.ok()) return;
+  FuzzCheck(HasEndOfImage(bytes),
+            "JpegDecoder::Decode accepted a JPEG with no end-of-image marker");
   const std::string what =
       absl::StrCat("Decode of region ", want.x, ",", want.y, " ", want.width,
                    "x", want.height, " at 1/", params.scale_denom, " of a ",
@@ -202,8 +211,10 @@ void Run(const uint8_t* data, size_t size) {
             absl::StrCat("ReadInfo returned ", info->width, "x", info->height,
                          " with a limit of ", kMaxImagePixels, " pixels"));
 
-  if (bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0xFF &&
-      static_cast<uint8_t>(bytes[1]) == 0xD8) {
+  const bool jpeg = bytes.size() >= 2 &&
+                    static_cast<uint8_t>(bytes[0]) == 0xFF &&
+                    static_cast<uint8_t>(bytes[1]) == 0xD8;
+  if (jpeg) {
     // The pixel limit is only as good as the probe's agreement with the
     // decoder that runs afterwards.
     static JpegDecoder* const decoder = new JpegDecoder();
@@ -226,6 +237,10 @@ void Run(const uint8_t* data, size_t size) {
   SampleProcessor& whole = Processor(params.dct_scaling, false);
   const absl::Status sb = whole.Process(bytes, params.is_jpeg, g, b.data(),
                                         /*timings=*/nullptr);
+  if (jpeg && (sa.ok() || sb.ok())) {
+    FuzzCheck(HasEndOfImage(bytes),
+              "Process accepted a JPEG with no end-of-image marker");
+  }
   if (sa.ok() && sb.ok()) {
     FuzzCheck(a == b,
               absl::StrCat("partial and whole decode differ: ", info->width,

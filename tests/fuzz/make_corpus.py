@@ -124,6 +124,14 @@ def image_corpus():
     # width * height overflow int64 (2^32 x 2^32 wraps to 0 pixels, under
     # any limit).
     others["repro_pnm_pixel_overflow"] = b"P6\n4294967296 4294967296\n255\n"
+    # Found by the fuzzer: CMYK and YCCK JPEGs went to OpenCV, which ignores
+    # libjpeg's suspension at the end of the data and returned rows of
+    # uninitialised memory for a JPEG cut short; this one ends after its scan
+    # header.
+    cmyk = encode(picture("CMYK", 64, 16), "JPEG")
+    sos = cmyk.index(b"\xff\xda")
+    write("image", "repro_truncated_cmyk_jpeg",
+          whole + cmyk[:sos + 2 + cmyk[sos + 3] + 2])
     params = [whole, crop, up, edge]
     for i, (name, data) in enumerate(sorted({**jpegs, **others}.items())):
         write("image", name, params[i % len(params)] + data)
@@ -226,8 +234,10 @@ def shard_corpus():
                                 reg("x" * 120 + ".jpg", b"zz")],
                                fmt=tarfile.GNU_FORMAT))
     lost[512 * 4 + 148] ^= 0x01  # the 'L' header's checksum
-    write("shard_reader", "repro_region_past_end_of_file",
-          bytes(lost[:512 * 7 + 2]))
+    with open(os.path.join(HERE, "corpus", "shard_reader",
+                           "repro_region_past_end_of_file"),
+              "wb") as f:
+        f.write(bytes(lost[:512 * 7 + 2]))
     # GNU base-256 size field on the first member.
     base256 = bytearray(tar_bytes([reg("z.jpg", jpg), reg("z.cls", b"8")],
                                   fmt=tarfile.GNU_FORMAT))

@@ -46,10 +46,6 @@ TEST(ImageProbeTest, ReadsTheSizeOfEverySupportedFormat) {
       {"lossless webp", Encode(".webp", color, {cv::IMWRITE_WEBP_QUALITY, 101}),
        ImageCodec::kWebp},
       {"bmp", Encode(".bmp", color), ImageCodec::kBmp},
-      {"ppm", Encode(".ppm", color), ImageCodec::kPnm},
-      {"pgm", Encode(".pgm", gray), ImageCodec::kPnm},
-      {"ascii ppm with a comment", "P3\n# made by hand\n123 45\n255\n",
-       ImageCodec::kPnm},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -91,9 +87,10 @@ TEST(ImageProbeTest, RefusesUnsupportedAndMalformedBytes) {
       testing::ForgePngSize(png, 0x80000000u, 10),
       "RIFF\x10\0\0\0WEBPVP8 ",                        // cut off
       "BM\0\0\0\0\0\0\0\0\0\0\0\0\x28\0\0\0",         // cut off
-      "P6\n12",                                        // no height
-      "P6\n99999999999999999 1\n255\n",                // absurd
-      // Found by the fuzzer: 37095516154 x 3709551615 overflowed pixels().
+      // PNM is refused: the fuzzer found headers whose size this probe and
+      // OpenCV read differently (and one whose pixel count overflowed).
+      Encode(".ppm", color),
+      "P6\n492#848888\r8\n255\n",
       "P6\n37095516154 3709551615\n255\n",
   };
   for (const std::string& bytes : refused) {
