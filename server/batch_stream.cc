@@ -91,10 +91,8 @@ void BatchStream::ScheduleLocked() {
          static_cast<int>(inflight_.size()) <
              std::max(1, options_.max_inflight_batches) &&
          next_to_schedule_ < setup_.end_batch) {
-    auto batch = std::make_unique<Pending>();
-    batch->index = next_to_schedule_;
-    setup_.plan->BatchSamples(batch->index, &batch->samples);
-    const int n = static_cast<int>(batch->samples.size());
+    const int64_t index = next_to_schedule_;
+    const int n = static_cast<int>(setup_.plan->BatchSize(index));
     const size_t bytes = sample_bytes_ * n;
     MemoryBudget::Charge charge = std::move(granted_);
     if (charge.bytes() == 0) {
@@ -107,14 +105,18 @@ void BatchStream::ScheduleLocked() {
           &memory_ticket_);
       if (memory_ticket_ != 0) return;  // OnMemoryGranted continues
     }
-    batch->pixels = PixelBytes::Map(bytes, &charge);
-    if (batch->pixels == nullptr) {
+    std::unique_ptr<PixelBytes> pixels = PixelBytes::Map(bytes, &charge);
+    if (pixels == nullptr) {
       error_ = absl::ResourceExhaustedError(
-          absl::StrCat("cannot map ", bytes, " bytes for batch ", batch->index));
+          absl::StrCat("cannot map ", bytes, " bytes for batch ", index));
       granted_ = std::move(charge);  // given back by the destructor
       return;
     }
     ++next_to_schedule_;
+    auto batch = std::make_unique<Pending>();
+    batch->index = index;
+    setup_.plan->BatchSamples(index, &batch->samples);
+    batch->pixels = std::move(pixels);
     batch->labels.assign(n, 0);
     batch->errors.assign(n, absl::OkStatus());
     batch->remaining.store(n);
