@@ -5,35 +5,12 @@
 # every sample exactly once with the single-server checksum.
 set -euo pipefail
 
-root="${TEST_SRCDIR}/${TEST_WORKSPACE:-stoker}"
-server_bin="$root/server/stoker_server"
-fetch_bin="$root/client/stoker_fetch"
-shards_bin="$root/tools/make_sample_shards"
-tmp="${TEST_TMPDIR}/lifecycle"
-rm -rf "$tmp"; mkdir -p "$tmp"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${TEST_SRCDIR}/${TEST_WORKSPACE:-stoker}/tests/testing/processes.sh" lifecycle
 
 # Starts a server on port $1 (0: a free one); sets $port and $pid.
 start_server() {
-  local want="$1" log="$2"
-  : >"$log"
-  "$server_bin" --port="$want" --threads=1 --dataset="train=$tmp/shards/*.tar" \
-    --drain_grace=10s --dct_scaling=false >"$log" 2>&1 &
-  pid=$!
-  pids+=("$pid")
-  port=""
-  for _ in $(seq 1 400); do
-    port="$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$log")"
-    [ -n "$port" ] && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  cat "$log" >&2
-  fail "server did not start on port $want"
+  launch_server "$2" --port="$1" --threads=1 \
+    --dataset="train=$tmp/shards/*.tar" --drain_grace=10s --dct_scaling=false
 }
 
 # Large images, decoded whole (--dct_scaling=false): batches take a while,

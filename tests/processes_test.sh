@@ -5,32 +5,11 @@
 # server, every key once), then resume from a cursor.
 set -euo pipefail
 
-root="${TEST_SRCDIR}/${TEST_WORKSPACE:-stoker}"
-server_bin="$root/server/stoker_server"
-fetch_bin="$root/client/stoker_fetch"
-shards_bin="$root/tools/make_sample_shards"
-tmp="${TEST_TMPDIR}/processes"
-rm -rf "$tmp"; mkdir -p "$tmp"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${TEST_SRCDIR}/${TEST_WORKSPACE:-stoker}/tests/testing/processes.sh" processes
 
 # Starts a server on a free port; sets $port and appends the pid.
 start_server() {
-  local glob="$1" log="$2"
-  : >"$log"
-  "$server_bin" --port=0 --threads=1 --dataset="train=$glob" >"$log" 2>&1 &
-  pids+=($!)
-  port=""
-  for _ in $(seq 1 200); do
-    port="$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$log")"
-    [ -n "$port" ] && return 0
-    sleep 0.05
-  done
-  cat "$log" >&2
-  fail "server did not start"
+  launch_server "$2" --port=0 --threads=1 --dataset="train=$1"
 }
 
 # 1. Shards written by GNU tar from plain files.
