@@ -2,7 +2,7 @@
 #define STOKER_COMMON_GEOMETRY_H_
 
 // Plain value types shared by the transform planner (common/augment.h) and
-// the server's image code (server/sample_processor.h). No logic lives here.
+// the server's image code (image/sample_processor.h). No logic lives here.
 
 namespace stoker::common {
 

@@ -164,7 +164,7 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
     if (status.ok()) {
       const bool is_jpeg =
           setup_.dataset->record(sample).format == ImageFormat::kJpeg;
-      absl::StatusOr<ImageInfo> info =
+      absl::StatusOr<image::ImageInfo> info =
           worker->processor.ReadInfo(worker->image_bytes, is_jpeg);
       if (!info.ok()) {
         status = info.status();
@@ -172,7 +172,7 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
         common::SampleGeometry geometry = common::PlanSample(
             setup_.transform, info->width, info->height,
             common::SampleKey(setup_.seed, setup_.epoch, sample));
-        SampleTimings timings;
+        image::SampleTimings timings;
         uint8_t* dst =
             batch->pixels->data() + sample_bytes_ * slot;
         status = worker->processor.Process(worker->image_bytes, is_jpeg,

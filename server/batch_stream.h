@@ -36,7 +36,7 @@
 #include "proto/stoker.pb.h"
 #include "server/dataset.h"
 #include "server/memory_budget.h"
-#include "server/sample_processor.h"
+#include "image/sample_processor.h"
 #include "server/worker_pool.h"
 
 namespace stoker::server {
@@ -46,13 +46,13 @@ namespace stoker::server {
 // budget (after each sample; they never wait for it).
 class SampleWorker : public WorkerContext {
  public:
-  SampleWorker(const SampleProcessorOptions& options,
+  SampleWorker(const image::SampleProcessorOptions& options,
                std::shared_ptr<MemoryBudget> budget)
       : processor(options), budget_(std::move(budget)) {}
   // Brings the charge in line with the buffers now kept.
   void ChargeBuffers();
 
-  SampleProcessor processor;
+  image::SampleProcessor processor;
   std::string image_bytes;
 
  private:

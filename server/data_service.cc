@@ -68,7 +68,7 @@ DataService::DataService(const DataServiceOptions& options,
     : options_(options),
       datasets_(ByName(std::move(datasets))),
       budget_(MemoryBudget::Create(options.max_memory_bytes)) {
-  SampleProcessorOptions processor = options.processor;
+  image::SampleProcessorOptions processor = options.processor;
   pool_ = std::make_unique<WorkerPool>(
       options.worker_threads, [processor, budget = budget_] {
         return std::make_unique<SampleWorker>(processor, budget);

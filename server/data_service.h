@@ -27,7 +27,7 @@
 #include "server/batch_stream.h"
 #include "server/dataset.h"
 #include "server/memory_budget.h"
-#include "server/sample_processor.h"
+#include "image/sample_processor.h"
 #include "server/worker_pool.h"
 
 namespace stoker::server {
@@ -47,7 +47,7 @@ struct DataServiceOptions {
   // from the machine's or the cgroup's memory.
   int64_t max_memory_bytes = int64_t{4} << 30;
   BatchStreamOptions stream;
-  SampleProcessorOptions processor;
+  image::SampleProcessorOptions processor;
   // Epoch orders kept for reuse (one per dataset/seed/epoch/shuffle).
   int plan_cache_entries = 8;
 };

@@ -24,7 +24,7 @@
 #include "common/command_line.h"
 #include "server/data_service.h"
 #include "server/dataset.h"
-#include "server/image_probe.h"
+#include "image/image_probe.h"
 #include "server/server.h"
 #include "common/malloc_tuning.h"
 #include "spdlog/spdlog.h"
@@ -48,7 +48,7 @@ ABSL_FLAG(int, inflight_batches, 2,
 ABSL_FLAG(bool, dct_scaling, true,
           "Decode JPEGs at 1/2, 1/4 or 1/8 scale when the crop is shrunk by "
           "at least that much (faster; slightly different pixels).");
-ABSL_FLAG(int64_t, max_image_pixels, stoker::server::kDefaultMaxImagePixels,
+ABSL_FLAG(int64_t, max_image_pixels, stoker::image::kDefaultMaxImagePixels,
           "Images whose header claims more pixels are refused before "
           "decoding (reported as bad samples). Default: PIL's limit.");
 ABSL_FLAG(int64_t, max_memory_bytes, 0,

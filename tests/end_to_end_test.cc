@@ -21,8 +21,8 @@
 #include "gtest/gtest.h"
 #include "proto/stoker.grpc.pb.h"
 #include "tests/testing/cluster.h"
-#include "tests/server/hostile_image.h"
-#include "tests/server/synthetic_image.h"
+#include "tests/image/hostile_image.h"
+#include "tests/image/synthetic_image.h"
 #include "tests/testing/reference_image.h"
 #include "tools/sample_shards.h"
 
@@ -187,23 +187,23 @@ std::string WriteBadShard(const ShardSet& good) {
       // Decompression bombs: a few KB claiming 60000^2 and 30000^2 pixels
       // (were delivered as grey images, or decoded whole: GBs per sample).
       {"bomb.cls", "5\n"},
-      {"bomb.jpg", server::testing::ForgeJpegSize(*jpeg, 60000, 60000)},
+      {"bomb.jpg", image::testing::ForgeJpegSize(*jpeg, 60000, 60000)},
       {"cmykbomb.cls", "6\n"},
       {"cmykbomb.jpg",
-       server::testing::ForgeJpegSize(
-           server::testing::EncodeCmykJpeg(
-               server::testing::PhotoLikeImage(64, 64, 1)),
+       image::testing::ForgeJpegSize(
+           image::testing::EncodeCmykJpeg(
+               image::testing::PhotoLikeImage(64, 64, 1)),
            30000, 30000)},
       {"pngbomb.cls", "7\n"},
       {"pngbomb.png",
-       server::testing::ForgePngSize(
-           server::testing::EncodePng(
-               server::testing::PhotoLikeImage(64, 64, 2)),
+       image::testing::ForgePngSize(
+           image::testing::EncodePng(
+               image::testing::PhotoLikeImage(64, 64, 2)),
            30000, 30000)},
       // Random bytes in the scan, end marker kept (was delivered as a
       // striped grey image).
       {"corruptscan.cls", "8\n"},
-      {"corruptscan.jpg", server::testing::CorruptJpegScan(*jpeg, 0.05, 1)},
+      {"corruptscan.jpg", image::testing::CorruptJpegScan(*jpeg, 0.05, 1)},
       {"cutoff.cls", "4\n"},
       {"cutoff.jpg", *jpeg},
   };

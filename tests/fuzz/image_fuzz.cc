@@ -1,6 +1,6 @@
 // Fuzz target for the image path: the header probe and decode + resample of
-// server/sample_processor.h, and the region/DCT-scaled JPEG decoder of
-// server/jpeg_decoder.h.
+// image/sample_processor.h, and the region/DCT-scaled JPEG decoder of
+// image/jpeg_decoder.h.
 //
 // Input layout: kParamBytes bytes of parameters, then the encoded image.
 //   p[0], p[1]  output width and height, 1 + p % 64 (outputs stay small)
@@ -40,11 +40,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/geometry.h"
-#include "server/jpeg_decoder.h"
-#include "server/sample_processor.h"
+#include "image/jpeg_decoder.h"
+#include "image/sample_processor.h"
 #include "tests/fuzz/fuzz_check.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 using fuzz::FuzzCheck;
@@ -252,9 +252,9 @@ void Run(const uint8_t* data, size_t size) {
 }
 
 }  // namespace
-}  // namespace stoker::server
+}  // namespace stoker::image
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  stoker::server::Run(data, size);
+  stoker::image::Run(data, size);
   return 0;
 }

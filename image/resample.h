@@ -1,5 +1,5 @@
-#ifndef STOKER_SERVER_RESAMPLE_H_
-#define STOKER_SERVER_RESAMPLE_H_
+#ifndef STOKER_IMAGE_RESAMPLE_H_
+#define STOKER_IMAGE_RESAMPLE_H_
 
 // Antialiased separable image resampling with Pillow's semantics.
 //
@@ -31,7 +31,7 @@
 
 #include "absl/status/status.h"
 
-namespace stoker::server {
+namespace stoker::image {
 
 struct ResamplerOptions {
   // Which kernels run. kAuto (default) takes the best the CPU supports,
@@ -105,6 +105,6 @@ class Resampler {
   std::vector<const uint8_t*> tap_rows_;
 };
 
-}  // namespace stoker::server
+}  // namespace stoker::image
 
-#endif  // STOKER_SERVER_RESAMPLE_H_
+#endif  // STOKER_IMAGE_RESAMPLE_H_

@@ -1,5 +1,5 @@
-#ifndef STOKER_SERVER_IMAGE_PROBE_H_
-#define STOKER_SERVER_IMAGE_PROBE_H_
+#ifndef STOKER_IMAGE_IMAGE_PROBE_H_
+#define STOKER_IMAGE_IMAGE_PROBE_H_
 
 // Header-only probing of untrusted image bytes: which format they are and how
 // many pixels they claim, read from the first bytes without decoding any
@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace stoker::server {
+namespace stoker::image {
 
 enum class ImageCodec { kJpeg, kPng, kWebp, kBmp };
 
@@ -49,6 +49,6 @@ absl::StatusOr<ImageHeader> ProbeImage(absl::string_view bytes);
 // PIL's Image.MAX_IMAGE_PIXELS: the default pixel limit of the sample path.
 inline constexpr int64_t kDefaultMaxImagePixels = 89478485;
 
-}  // namespace stoker::server
+}  // namespace stoker::image
 
-#endif  // STOKER_SERVER_IMAGE_PROBE_H_
+#endif  // STOKER_IMAGE_IMAGE_PROBE_H_

@@ -1,4 +1,4 @@
-#include "server/resample.h"
+#include "image/resample.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include <immintrin.h>
 #endif
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 using AxisTable = Resampler::AxisTable;
@@ -756,4 +756,4 @@ absl::Status Resampler::Resample(const uint8_t* src, int src_w, int src_h,
   return absl::OkStatus();
 }
 
-}  // namespace stoker::server
+}  // namespace stoker::image

@@ -1,4 +1,4 @@
-#include "server/sample_processor.h"
+#include "image/sample_processor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,11 +16,11 @@
 #include "absl/status/status.h"
 #include "common/geometry.h"
 #include "gtest/gtest.h"
-#include "tests/server/hostile_image.h"
-#include "tests/server/reference_resample.h"
-#include "tests/server/synthetic_image.h"
+#include "tests/image/hostile_image.h"
+#include "tests/image/reference_resample.h"
+#include "tests/image/synthetic_image.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 using common::SampleGeometry;
@@ -427,4 +427,4 @@ TEST_F(SampleProcessorTest, OtherFormatsDecodeOrAreRefused) {
 }
 
 }  // namespace
-}  // namespace stoker::server
+}  // namespace stoker::image

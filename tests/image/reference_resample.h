@@ -1,5 +1,5 @@
-#ifndef STOKER_TESTS_SERVER_REFERENCE_RESAMPLE_H_
-#define STOKER_TESTS_SERVER_REFERENCE_RESAMPLE_H_
+#ifndef STOKER_TESTS_IMAGE_REFERENCE_RESAMPLE_H_
+#define STOKER_TESTS_IMAGE_REFERENCE_RESAMPLE_H_
 
 // A deliberately plain double-precision implementation of Pillow's bilinear
 // (triangle filter) antialiased resample of a box, with no fixed point, no
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace stoker::server::testing {
+namespace stoker::image::testing {
 
 // Resamples the box [x0, x1) x [y0, y1) of an interleaved RGB image (rows
 // `stride` bytes apart) to out_w x out_h, mirrored when flip; returns
@@ -25,6 +25,6 @@ int MaxAbsDiff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
 // Peak signal-to-noise ratio in dB (infinity when equal).
 double Psnr(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
 
-}  // namespace stoker::server::testing
+}  // namespace stoker::image::testing
 
-#endif  // STOKER_TESTS_SERVER_REFERENCE_RESAMPLE_H_
+#endif  // STOKER_TESTS_IMAGE_REFERENCE_RESAMPLE_H_

@@ -1,4 +1,4 @@
-#include "server/image_probe.h"
+#include "image/image_probe.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 // Bounds-checked little helpers over the untrusted bytes.
@@ -172,4 +172,4 @@ absl::StatusOr<ImageHeader> ProbeImage(absl::string_view bytes) {
                     : absl::StrCat("it starts with ", start)));
 }
 
-}  // namespace stoker::server
+}  // namespace stoker::image

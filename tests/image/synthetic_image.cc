@@ -1,4 +1,4 @@
-#include "tests/server/synthetic_image.h"
+#include "tests/image/synthetic_image.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -8,7 +8,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
-namespace stoker::server::testing {
+namespace stoker::image::testing {
 namespace {
 
 // std::mt19937 output is specified by the standard; distributions are not.
@@ -108,4 +108,4 @@ std::string EncodePng(const cv::Mat& image) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-}  // namespace stoker::server::testing
+}  // namespace stoker::image::testing

@@ -1,4 +1,4 @@
-#include "server/resample.h"
+#include "image/resample.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,10 +12,10 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "tests/server/reference_resample.h"
-#include "tests/server/synthetic_image.h"
+#include "tests/image/reference_resample.h"
+#include "tests/image/synthetic_image.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 using testing::MaxAbsDiff;
@@ -283,4 +283,4 @@ TEST_F(ResampleTest, RejectsInvalidArguments) {
 }
 
 }  // namespace
-}  // namespace stoker::server
+}  // namespace stoker::image

@@ -1,10 +1,10 @@
-#ifndef STOKER_SERVER_SAMPLE_PROCESSOR_H_
-#define STOKER_SERVER_SAMPLE_PROCESSOR_H_
+#ifndef STOKER_IMAGE_SAMPLE_PROCESSOR_H_
+#define STOKER_IMAGE_SAMPLE_PROCESSOR_H_
 
 // Turns one encoded image plus its planned geometry (common/augment.h) into
 // the output pixels of one batch slot: decode, crop, resize and flip in a
 // single resampling step, with torchvision-on-PIL semantics (antialiased
-// bilinear resize of a real-valued source box, see server/resample.h).
+// bilinear resize of a real-valued source box, see image/resample.h).
 //
 // The JPEG fast path decodes only the rows and iMCU columns that the
 // resampling filter reads, and, when the source box is at least twice the
@@ -19,11 +19,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/geometry.h"
-#include "server/image_probe.h"
-#include "server/jpeg_decoder.h"
-#include "server/resample.h"
+#include "image/image_probe.h"
+#include "image/jpeg_decoder.h"
+#include "image/resample.h"
 
-namespace stoker::server {
+namespace stoker::image {
 
 struct SampleProcessorOptions {
   // Let libjpeg downscale by the largest factor in {2, 4, 8} that keeps the
@@ -55,7 +55,7 @@ class SampleProcessor {
   SampleProcessor(const SampleProcessor&) = delete;
   SampleProcessor& operator=(const SampleProcessor&) = delete;
 
-  // Image size from the header alone (server/image_probe.h); costs
+  // Image size from the header alone (image/image_probe.h); costs
   // microseconds and allocates nothing. `is_jpeg` is what the container
   // claims (e.g. the file extension); the bytes decide which decoder runs, so
   // a mislabelled file (ImageNet has a PNG named .JPEG) still works. DataLoss
@@ -96,6 +96,6 @@ class SampleProcessor {
   DecodedImage decoded_;
 };
 
-}  // namespace stoker::server
+}  // namespace stoker::image
 
-#endif  // STOKER_SERVER_SAMPLE_PROCESSOR_H_
+#endif  // STOKER_IMAGE_SAMPLE_PROCESSOR_H_

@@ -16,12 +16,12 @@
 #include "common/random.h"
 #include "common/transform_spec.h"
 #include "gtest/gtest.h"
-#include "server/sample_processor.h"
-#include "tests/server/synthetic_image.h"
+#include "image/sample_processor.h"
+#include "tests/image/synthetic_image.h"
 #include "tests/testing/reference_image.h"
 #include "tests/testing/temp_dir.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 // Decodes with PIL, crops+resizes the box with Image.BILINEAR (PIL's
@@ -92,4 +92,4 @@ TEST(PilQualityTest, RandomResizedCropMatchesPilAbove35Db) {
 }
 
 }  // namespace
-}  // namespace stoker::server
+}  // namespace stoker::image

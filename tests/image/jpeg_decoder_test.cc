@@ -1,4 +1,4 @@
-#include "server/jpeg_decoder.h"
+#include "image/jpeg_decoder.h"
 
 #include <cstdio>
 #include <algorithm>
@@ -16,10 +16,10 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "tests/server/hostile_image.h"
-#include "tests/server/synthetic_image.h"
+#include "tests/image/hostile_image.h"
+#include "tests/image/synthetic_image.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 using Region = JpegDecoder::Region;
@@ -377,4 +377,4 @@ TEST_F(JpegDecoderTest, ExtraneousBytesBeforeEndMarkerAreTolerated) {
 }
 
 }  // namespace
-}  // namespace stoker::server
+}  // namespace stoker::image

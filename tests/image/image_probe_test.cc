@@ -1,4 +1,4 @@
-#include "server/image_probe.h"
+#include "image/image_probe.h"
 
 #include <string>
 #include <vector>
@@ -8,10 +8,10 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "tests/server/hostile_image.h"
-#include "tests/server/synthetic_image.h"
+#include "tests/image/hostile_image.h"
+#include "tests/image/synthetic_image.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 std::string Encode(const char* ext, const cv::Mat& image,
@@ -104,4 +104,4 @@ TEST(ImageProbeTest, RefusesUnsupportedAndMalformedBytes) {
 }
 
 }  // namespace
-}  // namespace stoker::server
+}  // namespace stoker::image

@@ -1,5 +1,5 @@
-#ifndef STOKER_TESTS_SERVER_SYNTHETIC_IMAGE_H_
-#define STOKER_TESTS_SERVER_SYNTHETIC_IMAGE_H_
+#ifndef STOKER_TESTS_IMAGE_SYNTHETIC_IMAGE_H_
+#define STOKER_TESTS_IMAGE_SYNTHETIC_IMAGE_H_
 
 // Deterministic photo-like test images (testonly): smooth gradients, soft
 // and hard edged shapes, a mid-frequency texture and mild noise, so codecs
@@ -10,7 +10,7 @@
 
 #include <opencv2/core.hpp>
 
-namespace stoker::server::testing {
+namespace stoker::image::testing {
 
 // A width x height CV_8UC3 image in RGB channel order; the same (size, seed)
 // always gives the same pixels.
@@ -22,6 +22,6 @@ std::string EncodeJpeg(const cv::Mat& image, int quality = 90,
                        bool progressive = false);
 std::string EncodePng(const cv::Mat& image);
 
-}  // namespace stoker::server::testing
+}  // namespace stoker::image::testing
 
-#endif  // STOKER_TESTS_SERVER_SYNTHETIC_IMAGE_H_
+#endif  // STOKER_TESTS_IMAGE_SYNTHETIC_IMAGE_H_

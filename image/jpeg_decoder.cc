@@ -1,4 +1,4 @@
-#include "server/jpeg_decoder.h"
+#include "image/jpeg_decoder.h"
 
 // jpeglib.h needs FILE and size_t declared first.
 #include <csetjmp>
@@ -21,7 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 constexpr int64_t kMaxDecodedPixels = int64_t{1} << 28;
@@ -360,4 +360,4 @@ absl::Status DecodeWithOpenCV(absl::string_view bytes, ImageInfo expected,
   return absl::OkStatus();
 }
 
-}  // namespace stoker::server
+}  // namespace stoker::image

@@ -1,5 +1,5 @@
-#ifndef STOKER_TESTS_SERVER_HOSTILE_IMAGE_H_
-#define STOKER_TESTS_SERVER_HOSTILE_IMAGE_H_
+#ifndef STOKER_TESTS_IMAGE_HOSTILE_IMAGE_H_
+#define STOKER_TESTS_IMAGE_HOSTILE_IMAGE_H_
 
 // Hostile image bytes for tests (testonly): decompression bombs (small files
 // whose header claims a huge size), damaged entropy-coded data and a CMYK
@@ -10,7 +10,7 @@
 
 #include <opencv2/core.hpp>
 
-namespace stoker::server::testing {
+namespace stoker::image::testing {
 
 // `jpeg` with its first frame header (SOFn) rewritten to claim
 // width x height (each <= 65535). The scan data is left as it is, so a
@@ -36,6 +36,6 @@ std::string AddBytesBeforeEndOfImage(std::string jpeg, int count);
 // values, K = 0), via the libjpeg compressor (OpenCV cannot write one).
 std::string EncodeCmykJpeg(const cv::Mat& rgb);
 
-}  // namespace stoker::server::testing
+}  // namespace stoker::image::testing
 
-#endif  // STOKER_TESTS_SERVER_HOSTILE_IMAGE_H_
+#endif  // STOKER_TESTS_IMAGE_HOSTILE_IMAGE_H_

@@ -3,7 +3,7 @@
 // through SampleProcessor with and without its JPEG shortcuts, and the
 // OpenCV decode + INTER_AREA / INTER_LINEAR path for comparison.
 //
-//   bazel run //server:image_path_bench -- [images] [passes] [repeats]
+//   bazel run //bench:image_path_bench -- [images] [passes] [repeats]
 //
 // Not a test: numbers depend on the machine and its load.
 
@@ -23,12 +23,12 @@
 
 #include "absl/status/status.h"
 #include "common/geometry.h"
-#include "server/jpeg_decoder.h"
-#include "server/resample.h"
-#include "server/sample_processor.h"
-#include "tests/server/synthetic_image.h"
+#include "image/jpeg_decoder.h"
+#include "image/resample.h"
+#include "image/sample_processor.h"
+#include "tests/image/synthetic_image.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 constexpr int kOut = 224;
@@ -241,6 +241,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace stoker::server
+}  // namespace stoker::image
 
-int main(int argc, char** argv) { return stoker::server::Main(argc, argv); }
+int main(int argc, char** argv) { return stoker::image::Main(argc, argv); }

@@ -1,11 +1,11 @@
-#include "tests/server/reference_resample.h"
+#include "tests/image/reference_resample.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 
-namespace stoker::server::testing {
+namespace stoker::image::testing {
 namespace {
 
 struct Window {
@@ -90,4 +90,4 @@ double Psnr(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   return 10 * std::log10(255.0 * 255.0 * a.size() / squared);
 }
 
-}  // namespace stoker::server::testing
+}  // namespace stoker::image::testing

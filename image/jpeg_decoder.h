@@ -1,5 +1,5 @@
-#ifndef STOKER_SERVER_JPEG_DECODER_H_
-#define STOKER_SERVER_JPEG_DECODER_H_
+#ifndef STOKER_IMAGE_JPEG_DECODER_H_
+#define STOKER_IMAGE_JPEG_DECODER_H_
 
 // Image decoding for the sample path: a libjpeg(-turbo) decoder that can
 // decode only a region of the image and downscale in the DCT domain, and an
@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace stoker::server {
+namespace stoker::image {
 
 struct ImageInfo {
   int width = 0;
@@ -108,13 +108,13 @@ class JpegDecoder {
 // Decodes an image OpenCV reads (PNG, BMP, WebP, ...) whole,
 // at scale 1, into `out` (converted to RGB: alpha dropped, grey expanded,
 // 16-bit reduced to 8-bit). `expected` is the size its header claims
-// (server/image_probe.h), which the caller has already checked against its
+// (image/image_probe.h), which the caller has already checked against its
 // pixel limit; an image that decodes to another size is refused. DataLoss if OpenCV
 // cannot decode it or the size differs; ResourceExhausted over 2^28 pixels.
 // Thread-safe (no shared state besides `out`).
 absl::Status DecodeWithOpenCV(absl::string_view bytes, ImageInfo expected,
                               DecodedImage* out);
 
-}  // namespace stoker::server
+}  // namespace stoker::image
 
-#endif  // STOKER_SERVER_JPEG_DECODER_H_
+#endif  // STOKER_IMAGE_JPEG_DECODER_H_

@@ -1,4 +1,4 @@
-#include "server/sample_processor.h"
+#include "image/sample_processor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
-namespace stoker::server {
+namespace stoker::image {
 namespace {
 
 constexpr double kBoxTolerance = 1e-6;
@@ -197,4 +197,4 @@ absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
   return absl::OkStatus();
 }
 
-}  // namespace stoker::server
+}  // namespace stoker::image

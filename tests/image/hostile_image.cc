@@ -1,4 +1,4 @@
-#include "tests/server/hostile_image.h"
+#include "tests/image/hostile_image.h"
 
 // jpeglib.h needs FILE and size_t declared first.
 #include <cstddef>
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace stoker::server::testing {
+namespace stoker::image::testing {
 namespace {
 
 // Position of the first byte after marker `code`'s segment header
@@ -106,4 +106,4 @@ std::string EncodeCmykJpeg(const cv::Mat& rgb) {
   return out;
 }
 
-}  // namespace stoker::server::testing
+}  // namespace stoker::image::testing
