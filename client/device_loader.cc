@@ -1,5 +1,6 @@
 #include "client/device_loader.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <utility>
@@ -14,7 +15,8 @@
 namespace stoker::client {
 namespace internal {
 
-// The output slots (converted pixels + int64 labels) and their events.
+// The output slots (converted pixels, int64 labels, erase boxes, soft labels)
+// and their events.
 // Shared by the loader and every DeviceBatch, so slots stay valid after the
 // loader is gone; freed when the last owner drops it.
 class OutputPool {
@@ -24,6 +26,11 @@ class OutputPool {
     int64_t* labels = nullptr;       // Device (kCuda) or host memory.
     int64_t* host_labels = nullptr;  // Pinned staging for labels (kCuda).
     size_t label_capacity = 0;
+    EraseBox* boxes = nullptr;       // Device (kCuda) or host memory.
+    EraseBox* host_boxes = nullptr;  // Pinned staging for boxes (kCuda).
+    size_t box_capacity = 0;
+    float* soft_labels = nullptr;    // Device (kCuda) or host memory.
+    size_t soft_capacity = 0;        // In floats.
     CudaEvent ready = nullptr;
     CudaEvent released = nullptr;
     // `ready` was recorded at least once.
@@ -81,11 +88,16 @@ class OutputPool {
         CudaFree(slot.data);
         CudaFree(slot.labels);
         CudaFreeHost(slot.host_labels);
+        CudaFree(slot.boxes);
+        CudaFreeHost(slot.host_boxes);
+        CudaFree(slot.soft_labels);
         CudaEventDestroy(slot.ready);
         CudaEventDestroy(slot.released);
       } else {
         std::free(slot.data);
         delete[] slot.labels;
+        delete[] slot.boxes;
+        delete[] slot.soft_labels;
       }
     }
   }
@@ -150,15 +162,20 @@ class OutputPool {
     stopped_ = true;
   }
 
-  // Makes slot i's label buffers hold at least n labels (grows rarely: only
-  // for a batch larger than any before in this slot).
-  absl::Status EnsureLabelCapacity(int i, size_t n) {
+  // Makes slot i's buffers hold at least `labels` labels, `boxes` erase
+  // boxes and `soft` soft-label floats (grows rarely: only for a batch
+  // larger than any before in this slot).
+  absl::Status EnsureCapacity(int i, size_t labels, size_t boxes,
+                              size_t soft) {
     Slot& slot = slots_[i];
-    if (n <= slot.label_capacity) return absl::OkStatus();
+    if (labels <= slot.label_capacity && boxes <= slot.box_capacity &&
+        soft <= slot.soft_capacity) {
+      return absl::OkStatus();
+    }
     if (kind_ == DeviceKind::kCpu) {
-      delete[] slot.labels;
-      slot.labels = new int64_t[n];
-      slot.label_capacity = n;
+      GrowHost(labels, &slot.labels, &slot.label_capacity);
+      GrowHost(boxes, &slot.boxes, &slot.box_capacity);
+      GrowHost(soft, &slot.soft_labels, &slot.soft_capacity);
       return absl::OkStatus();
     }
     // The old buffers may still be read by a consumer or our last copy.
@@ -170,24 +187,55 @@ class OutputPool {
     if (slot.used) {
       if (absl::Status s = CudaEventSynchronize(slot.ready); !s.ok()) return s;
     }
-    CudaFree(slot.labels);
-    CudaFreeHost(slot.host_labels);
-    slot.labels = nullptr;
-    slot.host_labels = nullptr;
-    slot.label_capacity = 0;
-    absl::StatusOr<void*> device = CudaMalloc(n * sizeof(int64_t));
-    if (!device.ok()) return device.status();
-    slot.labels = static_cast<int64_t*>(*device);
-    absl::StatusOr<void*> host = CudaHostAlloc(n * sizeof(int64_t));
-    if (!host.ok()) return host.status();
-    slot.host_labels = static_cast<int64_t*>(*host);
-    slot.label_capacity = n;
-    return absl::OkStatus();
+    if (absl::Status s = GrowDevice(labels, /*staged=*/true, &slot.labels,
+                                    &slot.host_labels, &slot.label_capacity);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = GrowDevice(boxes, /*staged=*/true, &slot.boxes,
+                                    &slot.host_boxes, &slot.box_capacity);
+        !s.ok()) {
+      return s;
+    }
+    float* no_staging = nullptr;
+    return GrowDevice(soft, /*staged=*/false, &slot.soft_labels, &no_staging,
+                      &slot.soft_capacity);
   }
 
  private:
   OutputPool(DeviceKind kind, int device_id)
       : kind_(kind), device_id_(device_id) {}
+
+  template <typename T>
+  static void GrowHost(size_t count, T** buffer, size_t* capacity) {
+    if (count <= *capacity) return;
+    delete[] *buffer;
+    *buffer = new T[count];
+    *capacity = count;
+  }
+
+  // Replaces *device (and, if `staged`, its pinned staging *host) by
+  // buffers of `count` elements.
+  template <typename T>
+  static absl::Status GrowDevice(size_t count, bool staged, T** device,
+                                 T** host, size_t* capacity) {
+    if (count <= *capacity) return absl::OkStatus();
+    CudaFree(*device);
+    if (staged) CudaFreeHost(*host);
+    *device = nullptr;
+    *host = nullptr;
+    *capacity = 0;
+    absl::StatusOr<void*> d = CudaMalloc(count * sizeof(T));
+    if (!d.ok()) return d.status();
+    *device = static_cast<T*>(*d);
+    if (staged) {
+      absl::StatusOr<void*> h = CudaHostAlloc(count * sizeof(T));
+      if (!h.ok()) return h.status();
+      *host = static_cast<T*>(*h);
+    }
+    *capacity = count;
+    return absl::OkStatus();
+  }
 
   const DeviceKind kind_;
   const int device_id_;
@@ -242,6 +290,10 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
     device_id_ = other.device_id_;
     data_ = std::exchange(other.data_, nullptr);
     labels_ = std::exchange(other.labels_, nullptr);
+    soft_labels_ = std::exchange(other.soft_labels_, nullptr);
+    erase_boxes_ = std::exchange(other.erase_boxes_, nullptr);
+    batch_ops_ = std::move(other.batch_ops_);
+    other.batch_ops_ = BatchOpsParams();
     dtype_ = other.dtype_;
     layout_ = other.layout_;
     info_ = std::move(other.info_);
@@ -296,6 +348,8 @@ void DeviceBatch::ReleaseOn(std::optional<CudaStream> consumer) {
   slot_ = -1;
   data_ = nullptr;
   labels_ = nullptr;
+  soft_labels_ = nullptr;
+  erase_boxes_ = nullptr;
   ready_event_ = nullptr;
   consumer_.reset();
 }
@@ -321,6 +375,17 @@ absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
   }
   if (absl::Status s = ValidateConvertOptions(options.convert); !s.ok()) {
     return s;
+  }
+  if (absl::Status s = ValidateBatchOpsOptions(options.batch_ops); !s.ok()) {
+    return s;
+  }
+  if (options.apply_batch_ops && options.batch_ops.enabled() &&
+      options.convert.dtype == DType::kUint8) {
+    return absl::InvalidArgumentError(
+        "DeviceLoaderOptions.batch_ops (random erasing, MixUp / CutMix) "
+        "apply to normalized float output: set convert.dtype to float32, "
+        "float16 or bfloat16, or apply_batch_ops = false to only draw their "
+        "parameters");
   }
   const bool cuda = options.device == DeviceKind::kCuda;
   if (cuda) {
@@ -535,6 +600,18 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
         host.width, host.channels));
   }
 
+  // Drawn before a slot is taken: a bad label fails the batch alone.
+  BatchOpsParams ops;
+  if (options_.batch_ops.enabled()) {
+    absl::StatusOr<BatchOpsParams> drawn =
+        DrawBatchOps(options_.batch_ops, host);
+    if (!drawn.ok()) {
+      return absl::Status(drawn.status().code(),
+                          absl::StrCat(where, ": ", drawn.status().message()));
+    }
+    ops = *std::move(drawn);
+  }
+
   absl::StatusOr<int> acquired = outputs_->Acquire();
   if (!acquired.ok()) return acquired.status();
   const int index = *acquired;
@@ -548,9 +625,17 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
       options_.device == DeviceKind::kCuda ? options_.device_id : 0;
   batch.dtype_ = options_.convert.dtype;
   batch.layout_ = options_.convert.layout;
+  batch.batch_ops_ = std::move(ops);
 
   const size_t n = static_cast<size_t>(host.n);
-  if (absl::Status s = outputs_->EnsureLabelCapacity(index, n); !s.ok()) {
+  const size_t boxes = batch.batch_ops_.erase.size();
+  const bool apply = options_.apply_batch_ops && batch.batch_ops_.active();
+  const size_t soft =
+      apply && batch.batch_ops_.soft_labels
+          ? n * static_cast<size_t>(batch.batch_ops_.num_classes)
+          : 0;
+  if (absl::Status s = outputs_->EnsureCapacity(index, n, boxes, soft);
+      !s.ok()) {
     return s;
   }
   if (options_.device == DeviceKind::kCpu) {
@@ -560,6 +645,17 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
       return s;
     }
     for (size_t i = 0; i < n; ++i) slot.labels[i] = host.labels[i];
+    std::copy(batch.batch_ops_.erase.begin(), batch.batch_ops_.erase.end(),
+              slot.boxes);
+    if (apply) {
+      if (absl::Status s = ApplyBatchOpsOnHost(
+              batch.batch_ops_, shape, options_.convert.dtype,
+              options_.convert.layout, slot.data, slot.labels,
+              slot.soft_labels);
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+      }
+    }
   } else {
     auto fail = [&](const absl::Status& s) {
       // Nothing may still read the host pixels or labels once we return.
@@ -585,6 +681,12 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
       s = CudaMemcpyAsync(slot.labels, slot.host_labels, n * sizeof(int64_t),
                           stream_);
     }
+    if (s.ok() && boxes > 0) {
+      std::copy(batch.batch_ops_.erase.begin(), batch.batch_ops_.erase.end(),
+                slot.host_boxes);
+      s = CudaMemcpyAsync(slot.boxes, slot.host_boxes,
+                          boxes * sizeof(EraseBox), stream_);
+    }
     const bool identity = options_.convert.dtype == DType::kUint8 &&
                           (options_.convert.layout == Layout::kNHWC ||
                            host.channels == 1);
@@ -599,6 +701,12 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
         }
       }
     }
+    if (s.ok() && apply) {
+      s = ApplyBatchOpsOnDevice(batch.batch_ops_, slot.boxes, shape,
+                                options_.convert.dtype,
+                                options_.convert.layout, slot.data,
+                                slot.labels, slot.soft_labels, stream_);
+    }
     if (s.ok()) s = CudaEventRecord(slot.ready, stream_);
     if (!s.ok()) return fail(s);
     slot.used = true;
@@ -606,6 +714,8 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
   }
   batch.data_ = slot.data;
   batch.labels_ = slot.labels;
+  batch.erase_boxes_ = boxes > 0 ? slot.boxes : nullptr;
+  batch.soft_labels_ = soft > 0 ? slot.soft_labels : nullptr;
   // Everything but the pixels, which stay with `host` until the copy is done.
   PixelBuffer pixels = std::move(host.pixels);
   batch.info_ = std::move(host);

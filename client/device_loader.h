@@ -6,18 +6,26 @@
 // DeviceKind::kCpu, in host memory through the very same API and arithmetic).
 //
 //   BatchSource::Next()  ->  [pinned slot]  --cudaMemcpyAsync-->  [device
-//   staging]  --convert kernel-->  [output slot]  ->  DeviceBatch
+//   staging]  --convert kernel-->  [output slot]  --batch ops kernels-->
+//   DeviceBatch
+//
+// Batch ops (optional; client/batch_ops.h): random erasing and MixUp /
+// CutMix. Their parameters are drawn on the host for every batch
+// (DeviceBatch::batch_ops()) and copied into the slot with the labels; with
+// apply_batch_ops they are applied right after the conversion on the same
+// stream (or on the host for kCpu), and the soft labels land in the slot.
 //
 // Memory is allocated once in Create: `pinned_slots` page-locked host
 // buffers (handed to the network loader through pinned_allocator()), one
 // device staging buffer (not for uint8 NHWC output, which is copied straight
 // into the output slot) and `output_slots` device output buffers (plus
-// labels; their buffers grow only when a batch has more samples than any
-// before). The copy and the kernel run on the loader's own non-blocking CUDA
-// stream. A background thread keeps converting ahead while free output slots
-// remain, so batch N+1 is copied and converted while the consumer computes on
-// batch N. It holds one host batch at a time and gives its pinned buffer back
-// as soon as the copy out of it has finished.
+// labels, erase boxes and soft labels; their buffers grow only when a batch
+// has more samples than any before). The copy and the kernels run on the
+// loader's own non-blocking CUDA stream. A background thread keeps
+// converting ahead while free output slots remain, so batch N+1 is copied
+// and converted while the consumer computes on batch N. It holds one host
+// batch at a time and gives its pinned buffer back as soon as the copy out
+// of it has finished.
 //
 // Typical wiring (the network loader takes its allocator at creation):
 //   auto device = DeviceLoader::Create(device_options);
@@ -66,6 +74,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "client/batch_ops.h"
 #include "client/batch_source.h"
 #include "client/convert.h"
 #include "client/cuda_runtime.h"
@@ -101,6 +110,17 @@ struct DeviceLoaderOptions {
   // required (> 0). Sizes the pinned slots (this many bytes each) and the
   // output slots (this many elements of convert.dtype each).
   size_t max_batch_bytes = 0;
+  // Batch-level augmentations (random erasing, MixUp / CutMix; see
+  // client/batch_ops.h), with the seed and rank that key them. Default: off.
+  // Validated by Create (ValidateBatchOpsOptions).
+  BatchOpsOptions batch_ops;
+  // true (default): the loader applies batch_ops after the conversion, which
+  // needs a float convert.dtype (Create refuses uint8 with batch ops on).
+  // false: it only draws their parameters and stages them with the batch
+  // (DeviceBatch::batch_ops(), erase_boxes()), for a consumer that converts
+  // the batch itself and then calls ApplyBatchOpsOn{Host,Device} (the Python
+  // binding does: its loader stages uint8 pixels).
+  bool apply_batch_ops = true;
 };
 
 class DeviceLoader;
@@ -140,8 +160,20 @@ class DeviceBatch {
   std::array<int64_t, 4> strides() const;
 
   // n labels as int64, in the same kind of memory as data() (device or
-  // host), ready with it.
+  // host), ready with it. The original labels, also when mixed.
   const int64_t* labels() const { return labels_; }
+  // With MixUp / CutMix applied by the loader (batch_ops mixing on and
+  // apply_batch_ops): the soft targets, n x batch_ops().num_classes float32
+  // row major, in the same kind of memory as data(), ready with it. Else
+  // null.
+  const float* soft_labels() const { return soft_labels_; }
+  // The batch-level augmentation parameters drawn for this batch (host
+  // memory): one erase box per sample when erasing is on, the mixing mode,
+  // lambda and CutMix box. Empty (active() false) when batch_ops is off.
+  const BatchOpsParams& batch_ops() const { return batch_ops_; }
+  // batch_ops().erase in the same kind of memory as data() (what
+  // ApplyBatchOpsOnDevice takes), ready with it; null when there are none.
+  const EraseBox* erase_boxes() const { return erase_boxes_; }
   int64_t size() const { return info_.n; }
 
   // Everything about the batch except its pixels (info().pixels is empty):
@@ -181,6 +213,9 @@ class DeviceBatch {
   int device_id_ = 0;
   void* data_ = nullptr;
   int64_t* labels_ = nullptr;
+  float* soft_labels_ = nullptr;
+  EraseBox* erase_boxes_ = nullptr;
+  BatchOpsParams batch_ops_;
   DType dtype_ = DType::kFloat32;
   Layout layout_ = Layout::kNCHW;
   HostBatch info_;
@@ -193,7 +228,8 @@ class DeviceLoader {
  public:
   // Validates `options` and allocates every buffer (see the top of this
   // file). Errors: InvalidArgument naming the field (slots < 1,
-  // max_batch_bytes == 0, bad convert options); FailedPrecondition for kCuda
+  // max_batch_bytes == 0, bad convert or batch ops options, batch ops to
+  // apply on uint8 output); FailedPrecondition for kCuda
   // without a usable device (message says so and suggests "cpu");
   // ResourceExhausted / Internal if memory or CUDA objects cannot be created.
   static absl::StatusOr<std::unique_ptr<DeviceLoader>> Create(
@@ -227,7 +263,8 @@ class DeviceLoader {
   // Stop(); FailedPrecondition before Start(); ResourceExhausted if the
   // caller holds all output_slots batches (release one first: waiting would
   // deadlock); InvalidArgument for a batch that does not fit max_batch_bytes
-  // or is malformed; Internal for a CUDA error. A batch error does not stop
+  // or is malformed, or (MixUp / CutMix on) has a label outside
+  // [0, num_classes); Internal for a CUDA error. A batch error does not stop
   // the loader.
   absl::StatusOr<DeviceBatch> Next();
 

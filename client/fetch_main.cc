@@ -19,7 +19,7 @@
 #include "client/loader.h"
 #include "client/server_list.h"
 #include "common/command_line.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 #include "common/malloc_tuning.h"
 #include "spdlog/spdlog.h"
 
@@ -85,12 +85,12 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
     return absl::InvalidArgumentError("--dataset is required");
   }
   absl::StatusOr<stoker::v1::TransformPipeline> transform =
-      stoker::common::ParseTransform(absl::GetFlag(FLAGS_transform));
+      stoker::image::ParseTransform(absl::GetFlag(FLAGS_transform));
   if (!transform.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--transform: ", transform.status().message()));
   }
-  if (absl::Status s = stoker::common::ValidatePipeline(*transform); !s.ok()) {
+  if (absl::Status s = stoker::image::ValidatePipeline(*transform); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--transform: ", s.message()));
   }

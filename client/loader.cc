@@ -10,7 +10,7 @@
 #include "client/stream_reader.h"
 #include "common/epoch_plan.h"
 #include "common/grpc_status.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/stoker.grpc.pb.h"
 #include "spdlog/spdlog.h"
@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
   if (options.dataset.empty()) {
     return absl::InvalidArgumentError("no dataset given");
   }
-  if (absl::Status s = common::ValidatePipeline(options.transform); !s.ok()) {
+  if (absl::Status s = image::ValidatePipeline(options.transform); !s.ok()) {
     return s;
   }
   if (absl::Status s = common::ValidateBatching(
@@ -203,7 +203,7 @@ absl::Status Loader::Init() {
   num_batches_ = plan->num_batches();
   plan_id_ = PlanId(absl::StrCat(
       fingerprint_, "|", options_.dataset, "|",
-      common::FormatTransform(options_.transform), "|", options_.batch_size,
+      image::FormatTransform(options_.transform), "|", options_.batch_size,
       "|", options_.seed, "|", options_.rank, "|", options_.world_size, "|",
       options_.shuffle, "|", options_.drop_last));
 

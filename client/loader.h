@@ -55,7 +55,7 @@ struct LoaderOptions {
   std::vector<ServerSpec> servers;
   // Dataset name on the servers. Required.
   std::string dataset;
-  // Transform pipeline (see common/transform_spec.h). Required.
+  // Transform pipeline (see image/ops/transform.h). Required.
   v1::TransformPipeline transform;
   // Samples per batch. Default 256.
   int batch_size = 256;

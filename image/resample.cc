@@ -25,20 +25,37 @@ constexpr int kMaxPrecision = 22;
 // Larger downscales would need windows too wide for int16 weights.
 constexpr double kMaxDownscale = 4096;
 
-double Triangle(double x) {
-  x = std::fabs(x);
-  return x < 1.0 ? 1.0 - x : 0.0;
-}
+// Pillow's filters (libImaging/Resample.c): the function and its support.
+struct TriangleFilter {
+  static constexpr double kSupport = 1.0;
+  static double Weight(double x) {
+    x = std::fabs(x);
+    return x < 1.0 ? 1.0 - x : 0.0;
+  }
+};
 
-// Pillow's precompute_coeffs for the bilinear filter, quantized. Window o
-// (or out_size-1-o when flipped) starts at table->start[o] (absolute source
+// Keys' cubic convolution with a = -0.5 (Pillow's bicubic_filter).
+struct BicubicFilter {
+  static constexpr double kSupport = 2.0;
+  static double Weight(double x) {
+    constexpr double a = -0.5;
+    x = std::fabs(x);
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+  }
+};
+
+// Pillow's precompute_coeffs for `Filter`, quantized. Window o (or
+// out_size-1-o when flipped) starts at table->start[o] (absolute source
 // index) and its weights sit at the front of its `taps` slots.
+template <class Filter>
 void ComputeAxis(int in_size, double in0, double in1, int out_size, bool flip,
                  std::vector<double>* scratch, std::vector<int32_t>* counts,
                  AxisTable* table) {
   const double scale = (in1 - in0) / out_size;
   const double filter_scale = std::max(scale, 1.0);
-  const double support = 1.0 * filter_scale;  // the triangle's is 1
+  const double support = Filter::kSupport * filter_scale;
   const int ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
 
   if (scratch->size() < static_cast<size_t>(out_size) * ksize) {
@@ -64,12 +81,12 @@ void ComputeAxis(int in_size, double in0, double in1, int out_size, bool flip,
     double* w = scratch->data() + static_cast<size_t>(o) * ksize;
     double total = 0.0;
     for (int x = 0; x < count; ++x) {
-      w[x] = Triangle((x + xmin - center + 0.5) * ss);
+      w[x] = Filter::Weight((x + xmin - center + 0.5) * ss);
       total += w[x];
     }
     if (total == 0.0) {
-      // Cannot happen for a valid box (the center pixel has weight > 0);
-      // keep the output defined anyway.
+      // Cannot happen for a valid box (the center pixel has weight > 0 and
+      // the bicubic lobes sum to less than it); keep the output defined.
       count = 1;
       xmin = std::min(std::max(static_cast<int>(center), 0), in_size - 1);
       w[0] = 1.0;
@@ -78,7 +95,7 @@ void ComputeAxis(int in_size, double in0, double in1, int out_size, bool flip,
     const double inverse = 1.0 / total;
     for (int x = 0; x < count; ++x) {
       w[x] *= inverse;
-      max_weight = std::max(max_weight, w[x]);
+      max_weight = std::max(max_weight, std::fabs(w[x]));
     }
     table->start[o] = xmin;
     (*counts)[o] = count;
@@ -99,7 +116,8 @@ void ComputeAxis(int in_size, double in0, double in1, int out_size, bool flip,
   table->precision = precision;
 
   // Cumulative rounding: each window's integer weights sum to exactly
-  // 2^precision (flat areas stay exact) and stay non-negative.
+  // 2^precision (flat areas stay exact); each differs from its exact value
+  // by less than one unit (non-negative filters keep non-negative weights).
   table->weights.assign(static_cast<size_t>(out_size) * taps, 0);
   const double one = static_cast<double>(1 << precision);
   for (int o = 0; o < out_size; ++o) {
@@ -110,10 +128,10 @@ void ComputeAxis(int in_size, double in0, double in1, int out_size, bool flip,
     const int count = (*counts)[o];
     for (int x = 0; x < count; ++x) {
       prefix += w[x];
-      // prefix >= 0, so this is round-half-up.
+      // Round half up (bicubic prefixes can be negative).
       const int32_t rounded =
           x + 1 == count ? (1 << precision)
-                         : static_cast<int32_t>(prefix * one + 0.5);
+                         : static_cast<int32_t>(std::floor(prefix * one + 0.5));
       q[x] = static_cast<int16_t>(rounded - previous);
       previous = rounded;
     }
@@ -637,16 +655,73 @@ void RunVertical(Resampler::Isa isa, const uint8_t* const* rows, int length,
   VerticalScalar(rows, length, width_bytes, t, out, out_stride, scratch);
 }
 
+// Pillow's nearest-neighbour resize along one axis (ImagingScaleAffine, as
+// ImagingResize runs it for NEAREST): output i reads source index
+// floor(x0 + scale / 2 + i * scale), the sum accumulated one step at a time
+// as Pillow does. The box's integer part is added afterwards: torchvision
+// crops (whole pixels) before it resizes, so Pillow accumulates from the
+// crop's own origin. Indices are clamped to the image (only a box edge at
+// the image edge within rounding can reach past it).
+void NearestAxis(int in_size, double in0, double in1, int out_size, bool flip,
+                 int element_bytes, std::vector<int32_t>* offsets) {
+  const double base = std::floor(in0);
+  const double scale = (in1 - in0) / out_size;
+  double position = (in0 - base) + scale * 0.5;
+  const int first = static_cast<int>(base);
+  offsets->resize(out_size);
+  for (int i = 0; i < out_size; ++i) {
+    const int index = position < 0.0 ? -1 : static_cast<int>(position);
+    const int clamped = std::clamp(first + index, 0, in_size - 1);
+    (*offsets)[flip ? out_size - 1 - i : i] = clamped * element_bytes;
+    position += scale;
+  }
+}
+
 }  // namespace
 
 Resampler::Resampler(const ResamplerOptions& options)
     : isa_(DetectIsa(options.kernels)) {}
+
+void Resampler::ResampleNearest(const uint8_t* src, int src_w, int src_h,
+                                int src_stride, double box_x0, double box_y0,
+                                double box_x1, double box_y1, int out_w,
+                                int out_h, const ResampleParams& params,
+                                uint8_t* dst, int dst_stride) {
+  NearestAxis(src_w, box_x0, box_x1, out_w, params.flip_horizontal, 3,
+              &nearest_columns_);
+  NearestAxis(src_h, box_y0, box_y1, out_h, params.flip_vertical, 1,
+              &nearest_rows_);
+  const int32_t* columns = nearest_columns_.data();
+  for (int y = 0; y < out_h; ++y) {
+    const uint8_t* in =
+        src + static_cast<ptrdiff_t>(nearest_rows_[y]) * src_stride;
+    uint8_t* o = dst + static_cast<ptrdiff_t>(y) * dst_stride;
+    for (int x = 0; x < out_w; ++x, o += 3) {
+      const uint8_t* p = in + columns[x];
+      o[0] = p[0];
+      o[1] = p[1];
+      o[2] = p[2];
+    }
+  }
+}
 
 absl::Status Resampler::Resample(const uint8_t* src, int src_w, int src_h,
                                  int src_stride, int channels, double box_x0,
                                  double box_y0, double box_x1, double box_y1,
                                  int out_w, int out_h, bool flip_horizontal,
                                  uint8_t* dst, int dst_stride) {
+  ResampleParams params;
+  params.flip_horizontal = flip_horizontal;
+  return Resample(src, src_w, src_h, src_stride, channels, box_x0, box_y0,
+                  box_x1, box_y1, out_w, out_h, params, dst, dst_stride);
+}
+
+absl::Status Resampler::Resample(const uint8_t* src, int src_w, int src_h,
+                                 int src_stride, int channels, double box_x0,
+                                 double box_y0, double box_x1, double box_y1,
+                                 int out_w, int out_h,
+                                 const ResampleParams& params, uint8_t* dst,
+                                 int dst_stride) {
   constexpr int kMaxSide = 1 << 20;
   if (src == nullptr || dst == nullptr) {
     return absl::InvalidArgumentError("Resample: null image pointer");
@@ -677,18 +752,40 @@ absl::Status Resampler::Resample(const uint8_t* src, int src_w, int src_h,
                      " is not supported"));
   }
 
-  ComputeAxis(src_w, box_x0, box_x1, out_w, flip_horizontal, &scratch_weights_,
-              &scratch_counts_, &horizontal_);
-  ComputeAxis(src_h, box_y0, box_y1, out_h, /*flip=*/false, &scratch_weights_,
-              &scratch_counts_, &vertical_);
+  switch (params.interpolation) {
+    case Interpolation::kNearest:
+      ResampleNearest(src, src_w, src_h, src_stride, box_x0, box_y0, box_x1,
+                      box_y1, out_w, out_h, params, dst, dst_stride);
+      return absl::OkStatus();
+    case Interpolation::kBilinear:
+      ComputeAxis<TriangleFilter>(src_w, box_x0, box_x1, out_w,
+                                  params.flip_horizontal, &scratch_weights_,
+                                  &scratch_counts_, &horizontal_);
+      ComputeAxis<TriangleFilter>(src_h, box_y0, box_y1, out_h,
+                                  params.flip_vertical, &scratch_weights_,
+                                  &scratch_counts_, &vertical_);
+      break;
+    case Interpolation::kBicubic:
+      ComputeAxis<BicubicFilter>(src_w, box_x0, box_x1, out_w,
+                                 params.flip_horizontal, &scratch_weights_,
+                                 &scratch_counts_, &horizontal_);
+      ComputeAxis<BicubicFilter>(src_h, box_y0, box_y1, out_h,
+                                 params.flip_vertical, &scratch_weights_,
+                                 &scratch_counts_, &vertical_);
+      break;
+  }
 
   const int used_rows = vertical_.last - vertical_.first;
   const int used_cols = horizontal_.last - horizontal_.first;
+  // Bicubic overshoots, and the intermediate is clamped to [0, 255]: near
+  // saturated edges the order matters, so it follows Pillow's (horizontal
+  // first). The bilinear filter never leaves [0, 255]: either order.
   const bool horizontal_first =
+      params.interpolation == Interpolation::kBicubic ||
       HorizontalCost(used_rows, horizontal_) +
-          VerticalCost(out_h, out_w, vertical_) <=
-      VerticalCost(out_h, used_cols, vertical_) +
-          HorizontalCost(out_h, horizontal_);
+              VerticalCost(out_h, out_w, vertical_) <=
+          VerticalCost(out_h, used_cols, vertical_) +
+              HorizontalCost(out_h, horizontal_);
   const bool simd = isa_ != Isa::kScalar;
 
   if (horizontal_first) {

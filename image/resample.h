@@ -3,8 +3,9 @@
 
 // Antialiased separable image resampling with Pillow's semantics.
 //
-// Resampler::Resample is Pillow's ImagingResample with the bilinear
-// ("triangle") filter, i.e. what torchvision's resize does to PIL images:
+// Resampler::Resample is Pillow's Image.resize: ImagingResample with the
+// bilinear ("triangle", support 1) or bicubic (Keys, a = -0.5, support 2)
+// filter, i.e. what torchvision's resize does to PIL images:
 //   * the source region is a real-valued box (PIL's resize(size, box=...));
 //   * output pixel i along an axis samples the source around
 //     center = box0 + (i + 0.5) * scale, scale = (box1 - box0) / out_size;
@@ -15,23 +16,46 @@
 // Weights are computed in double exactly as Pillow does, then stored as int16
 // fixed point (as many fractional bits as fit, 14 to 22, rounded so that each
 // window sums to exactly one); passes accumulate in int32 and round to uint8
-// between passes, like Pillow. The result is within +-1 of an exact
-// double-precision evaluation of the same filter (and, checked offline, of
-// Pillow 9.4 itself, ~95% of values bit-equal), and bit-identical across the
-// AVX2, SSSE3 and scalar kernels.
+// between passes, clamping to [0, 255] (the bicubic filter's negative lobes
+// over- and undershoot), like Pillow (which keeps 22 bits in int32 weights).
+// The result is within +-1 of an exact double-precision evaluation of the
+// same filter (and of Pillow 9.4 itself: ~95% of bilinear values bit-equal;
+// see tests/image/torchvision_warp_test.py for bicubic), and bit-identical
+// across the AVX2, SSSE3 and scalar kernels.
+//
+// Nearest neighbour is Pillow's resize(NEAREST), which does not filter (it is
+// ImagingTransform's axis-aligned nearest affine, ImagingScaleAffine): output
+// i reads source floor(box0 + scale / 2 + i * scale), with Pillow's
+// incremental summation, bit-exact. Pillow accumulates from the box's own
+// origin; Resample accumulates from the box's fractional part and adds the
+// whole pixels afterwards, which is what torchvision's crop-then-resize
+// (resized_crop) computes; for a box with whole-pixel origin 0 both agree.
 //
 // The pass order (horizontal first, like Pillow, or vertical first) is chosen
-// per call by estimated cost; the first pass only touches the source rows (or
-// columns) that the second pass needs. The horizontal flip is folded into the
-// horizontal coefficient tables, so it costs nothing. The final pass writes
-// straight into the caller's buffer.
+// per call by estimated cost for the bilinear filter; bicubic, whose clamped
+// intermediate depends on the order, always goes horizontal first like
+// Pillow. The first pass only touches the source rows (or columns) that the
+// second pass needs. Flips are folded into the coefficient
+// tables, so they cost nothing. The final pass writes straight into the
+// caller's buffer.
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "image/plan.h"
 
 namespace stoker::image {
+
+// Per-call settings of Resampler::Resample.
+struct ResampleParams {
+  // Filter: Pillow's bilinear (default) or bicubic, antialiased; or nearest
+  // neighbour (not filtered, see above).
+  Interpolation interpolation = Interpolation::kBilinear;
+  // Mirror the output left-right / top-bottom. Default false.
+  bool flip_horizontal = false;
+  bool flip_vertical = false;
+};
 
 struct ResamplerOptions {
   // Which kernels run. kAuto (default) takes the best the CPU supports,
@@ -67,10 +91,18 @@ class Resampler {
   // [1, 2^20], channels != 3, strides too small, non-finite box
   // coordinates, a box that is empty or not inside [0, src_w] x [0, src_h],
   // or a downscale by more than 4096 along an axis.
+  // This form is the bilinear filter (the product's default path).
   absl::Status Resample(const uint8_t* src, int src_w, int src_h,
                         int src_stride, int channels, double box_x0,
                         double box_y0, double box_x1, double box_y1, int out_w,
                         int out_h, bool flip_horizontal, uint8_t* dst,
+                        int dst_stride);
+
+  // The same with the filter and flips of `params`.
+  absl::Status Resample(const uint8_t* src, int src_w, int src_h,
+                        int src_stride, int channels, double box_x0,
+                        double box_y0, double box_x1, double box_y1, int out_w,
+                        int out_h, const ResampleParams& params, uint8_t* dst,
                         int dst_stride);
 
   // Fixed-point weights for one axis. Public only so the .cc's kernels can
@@ -93,6 +125,12 @@ class Resampler {
   enum class Isa { kScalar, kSsse3, kAvx2 };
 
  private:
+  void ResampleNearest(const uint8_t* src, int src_w, int src_h,
+                       int src_stride, double box_x0, double box_y0,
+                       double box_x1, double box_y1, int out_w, int out_h,
+                       const ResampleParams& params, uint8_t* dst,
+                       int dst_stride);
+
   const Isa isa_;
   AxisTable horizontal_;
   AxisTable vertical_;
@@ -103,6 +141,10 @@ class Resampler {
   std::vector<uint8_t> padded_row_;
   std::vector<const uint8_t*> rows_;
   std::vector<const uint8_t*> tap_rows_;
+  // Nearest neighbour: byte offset of each output column's source pixel,
+  // and each output row's source row.
+  std::vector<int32_t> nearest_columns_;
+  std::vector<int32_t> nearest_rows_;
 };
 
 }  // namespace stoker::image

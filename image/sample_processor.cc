@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -13,13 +11,9 @@
 namespace stoker::image {
 namespace {
 
-constexpr double kBoxTolerance = 1e-6;
-// Decode buffers larger than this are freed after the sample instead of
-// being kept for the next one.
+// Buffers larger than this are freed after the sample instead of being kept
+// for the next one.
 constexpr size_t kMaxKeptScratchBytes = size_t{64} << 20;
-constexpr int kMaxOutputSide = 1 << 16;
-// Larger than any decodable image; keeps region arithmetic in int range.
-constexpr double kMaxCoordinate = 1 << 30;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -27,59 +21,30 @@ int64_t NowNs() {
       .count();
 }
 
-absl::Status CheckGeometryShape(const common::SampleGeometry& g) {
-  const common::Box& b = g.source;
-  if (g.out_width < 1 || g.out_height < 1 || g.out_width > kMaxOutputSide ||
-      g.out_height > kMaxOutputSide) {
+absl::Status CheckPlanShape(const SamplePlan& plan) {
+  if (absl::Status s = ValidateWarp(plan.source_warp); !s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("output size ", g.out_width, "x", g.out_height,
-                     " is outside [1, ", kMaxOutputSide, "]"));
+        absl::StrCat("bad source warp: ", s.message()));
   }
-  if (!std::isfinite(b.x0) || !std::isfinite(b.y0) || !std::isfinite(b.x1) ||
-      !std::isfinite(b.y1) || !(b.x0 < b.x1) || !(b.y0 < b.y1) ||
-      b.x0 < -kBoxTolerance || b.y0 < -kBoxTolerance ||
-      b.x1 > kMaxCoordinate || b.y1 > kMaxCoordinate) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "source box [", b.x0, ", ", b.x1, ") x [", b.y0, ", ", b.y1,
-        ") is empty, negative, not finite or absurdly large"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckBoxInside(const common::Box& b, int width, int height) {
-  if (b.x1 > width + kBoxTolerance || b.y1 > height + kBoxTolerance ||
-      b.x0 >= width || b.y0 >= height) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("source box [", b.x0, ", ", b.x1, ") x [", b.y0, ", ",
-                     b.y1, ") exceeds the ", width, "x", height, " image"));
-  }
-  return absl::OkStatus();
-}
-
-// Largest DCT downscale that keeps the scaled box >= the output.
-int ChooseScaleDenom(const common::SampleGeometry& g) {
-  for (int denom : {8, 4, 2}) {
-    if (g.source.width() / denom >= g.out_width &&
-        g.source.height() / denom >= g.out_height) {
-      return denom;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep& step = plan.steps[i];
+    if (step.kind == PlanStep::Kind::kWarp) {
+      if (absl::Status s = ValidateWarp(step.warp); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad warp at step ", i, ": ", s.message()));
+      }
+    } else if (step.pixel.kernel == nullptr ||
+               step.pixel.kernel->apply == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pixel step ", i, " has no kernel"));
     }
   }
-  return 1;
+  return absl::OkStatus();
 }
 
-// Source pixels [lo, hi) (a multiple of denom, unclipped) whose scaled
-// pixels cover every pixel the resampler's windows can touch along one axis:
-// windows reach at most `support` scaled pixels (plus Pillow's +0.5
-// rounding) beyond the box; one more pixel of slack each side.
-void AxisRegion(double b0, double b1, int out_size, int denom, int* lo,
-                int* hi) {
-  const double s0 = b0 / denom;
-  const double s1 = b1 / denom;
-  const double support = std::max((s1 - s0) / out_size, 1.0);
-  const int scaled_lo = static_cast<int>(std::floor(s0 - support)) - 1;
-  const int scaled_hi = static_cast<int>(std::ceil(s1 + support + 0.5)) + 1;
-  *lo = std::max(scaled_lo, 0) * denom;
-  *hi = scaled_hi * denom;
+uint8_t* Reserve(std::vector<uint8_t>* buffer, size_t bytes) {
+  if (buffer->size() < bytes) buffer->resize(bytes);
+  return buffer->data();
 }
 
 }  // namespace
@@ -115,20 +80,20 @@ absl::StatusOr<ImageInfo> SampleProcessor::ReadInfo(absl::string_view bytes,
 
 absl::Status SampleProcessor::Decode(absl::string_view bytes,
                                      const ImageHeader& header,
-                                     const common::SampleGeometry& geometry) {
+                                     const WarpStep& warp) {
   const ImageInfo size{static_cast<int>(header.width),
                        static_cast<int>(header.height)};
   if (header.codec != ImageCodec::kJpeg) {
     return DecodeWithOpenCV(bytes, size, &decoded_);
   }
-  const int denom = options_.dct_scaling ? ChooseScaleDenom(geometry) : 1;
+  const int denom = options_.dct_scaling ? ChooseScaleDenom(warp) : 1;
   JpegDecoder::Region region{0, 0, INT_MAX, INT_MAX};  // clipped by Decode
   if (options_.partial_decode) {
-    const common::Box& b = geometry.source;
-    int x0, x1, y0, y1;
-    AxisRegion(b.x0, b.x1, geometry.out_width, denom, &x0, &x1);
-    AxisRegion(b.y0, b.y1, geometry.out_height, denom, &y0, &y1);
-    region = {x0, y0, x1 - x0, y1 - y0};
+    const PixelRect r = WarpReadRegion(warp, size.width, size.height, denom);
+    // Empty only when the warp reads nothing (all fill, refused by the
+    // caller); a pixel still checks that the bytes decode.
+    region = r.empty() ? JpegDecoder::Region{0, 0, 1, 1}
+                       : JpegDecoder::Region{r.x, r.y, r.width, r.height};
   }
   if (absl::Status s = jpeg_.Decode(bytes, region, denom, &decoded_); !s.ok()) {
     return s;
@@ -142,52 +107,110 @@ absl::Status SampleProcessor::Decode(absl::string_view bytes,
   return absl::OkStatus();
 }
 
+void SampleProcessor::ReleaseLargeBuffers() {
+  if (decoded_.pixels.capacity() > kMaxKeptScratchBytes) {
+    std::vector<uint8_t>().swap(decoded_.pixels);
+  }
+  for (std::vector<uint8_t>& image : images_) {
+    if (image.capacity() > kMaxKeptScratchBytes) {
+      std::vector<uint8_t>().swap(image);
+    }
+  }
+  warper_.ReleaseBuffersOver(kMaxKeptScratchBytes);
+}
+
 absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
-                                      const common::SampleGeometry& geometry,
-                                      uint8_t* dst, SampleTimings* timings) {
+                                      const SamplePlan& plan, uint8_t* dst,
+                                      SampleTimings* timings) {
   if (dst == nullptr) return absl::InvalidArgumentError("null destination");
-  if (absl::Status s = CheckGeometryShape(geometry); !s.ok()) return s;
+  if (absl::Status s = CheckPlanShape(plan); !s.ok()) return s;
   const int64_t t0 = timings != nullptr ? NowNs() : 0;
   absl::StatusOr<ImageHeader> header = Probe(bytes, is_jpeg);
   if (!header.ok()) return header.status();
-  // A rare large image's buffer is given back rather than kept per worker
+  const int width = static_cast<int>(header->width);
+  const int height = static_cast<int>(header->height);
+  if (!WarpReadsInput(plan.source_warp, width, height)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan does not fit the ", width, "x", height,
+        " image: no output pixel of its source warp maps inside it"));
+  }
+  // A rare large image's buffers are given back rather than kept per worker
   // for the server's life.
-  absl::Cleanup release_large = [this] {
-    if (decoded_.pixels.capacity() > kMaxKeptScratchBytes) {
-      std::vector<uint8_t>().swap(decoded_.pixels);
-    }
-  };
-  if (absl::Status s = Decode(bytes, *header, geometry); !s.ok()) {
+  absl::Cleanup release_large = [this] { ReleaseLargeBuffers(); };
+  if (absl::Status s = Decode(bytes, *header, plan.source_warp); !s.ok()) {
     if (absl::IsInvalidArgument(s)) {
       // The decode region missed the image entirely.
       return absl::InvalidArgumentError(
-          absl::StrCat("source box lies outside the image: ", s.message()));
+          absl::StrCat("plan reads outside the image: ", s.message()));
     }
-    return s;
-  }
-  if (absl::Status s = CheckBoxInside(geometry.source, decoded_.full_width,
-                                      decoded_.full_height);
-      !s.ok()) {
     return s;
   }
   const int64_t t1 = timings != nullptr ? NowNs() : 0;
 
-  // The box in decoded-pixel coordinates, clamped against rounding.
-  const common::Box& b = geometry.source;
-  const double w = decoded_.width, h = decoded_.height;
-  const double x0 = std::clamp((b.x0 - decoded_.src_x0) / decoded_.scale_x, 0.0, w);
-  const double x1 = std::clamp((b.x1 - decoded_.src_x0) / decoded_.scale_x, 0.0, w);
-  const double y0 = std::clamp((b.y0 - decoded_.src_y0) / decoded_.scale_y, 0.0, h);
-  const double y1 = std::clamp((b.y1 - decoded_.src_y0) / decoded_.scale_y, 0.0, h);
-  absl::Status status = resampler_.Resample(
-      decoded_.pixels.data(), decoded_.width, decoded_.height, decoded_.stride,
-      3, x0, y0, x1, y1, geometry.out_width, geometry.out_height,
-      geometry.flip_horizontal, dst, 3 * geometry.out_width);
-  if (!status.ok()) {
-    // Only limits the shape checks above do not cover (e.g. downscaling by
-    // more than 4096) get here.
+  // The last warp writes straight into dst; earlier ones into the ping-pong
+  // buffers. Pixel steps work in place on whatever is current.
+  int last_warp = -1;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    if (plan.steps[i].kind == PlanStep::Kind::kWarp) {
+      last_warp = static_cast<int>(i);
+    }
+  }
+  const auto target = [&](const WarpStep& warp, int step_index,
+                          int buffer) -> uint8_t* {
+    if (step_index == last_warp) return dst;
+    return Reserve(&images_[buffer],
+                   3 * static_cast<size_t>(warp.out_width) * warp.out_height);
+  };
+  const auto unsupported = [](const absl::Status& s) {
+    // Only limits the shape checks do not cover (e.g. shrinking by more
+    // than 4096) get here.
     return absl::InvalidArgumentError(
-        absl::StrCat("unsupported geometry: ", status.message()));
+        absl::StrCat("unsupported plan: ", s.message()));
+  };
+
+  WarpSource source;
+  source.pixels = decoded_.pixels.data();
+  source.width = decoded_.width;
+  source.height = decoded_.height;
+  source.stride = decoded_.stride;
+  source.origin_x = decoded_.src_x0;
+  source.origin_y = decoded_.src_y0;
+  source.scale_x = decoded_.scale_x;
+  source.scale_y = decoded_.scale_y;
+  source.input_width = decoded_.full_width;
+  source.input_height = decoded_.full_height;
+  int buffer = 0;
+  ImageView current;
+  current.width = plan.source_warp.out_width;
+  current.height = plan.source_warp.out_height;
+  current.stride = 3 * current.width;
+  current.data = target(plan.source_warp, -1, buffer);
+  if (absl::Status s = warper_.Warp(plan.source_warp, source, current.data,
+                                    current.stride);
+      !s.ok()) {
+    return unsupported(s);
+  }
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep& step = plan.steps[i];
+    if (step.kind == PlanStep::Kind::kPixel) {
+      step.pixel.kernel->apply(step.pixel.args, current);
+      continue;
+    }
+    buffer = 1 - buffer;
+    ImageView next;
+    next.width = step.warp.out_width;
+    next.height = step.warp.out_height;
+    next.stride = 3 * next.width;
+    next.data = target(step.warp, static_cast<int>(i), buffer);
+    if (absl::Status s = warper_.Warp(
+            step.warp,
+            WholeImage(current.data, current.width, current.height,
+                       current.stride),
+            next.data, next.stride);
+        !s.ok()) {
+      return unsupported(s);
+    }
+    current = next;
   }
   if (timings != nullptr) {
     const int64_t t2 = NowNs();

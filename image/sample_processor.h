@@ -1,34 +1,39 @@
 #ifndef STOKER_IMAGE_SAMPLE_PROCESSOR_H_
 #define STOKER_IMAGE_SAMPLE_PROCESSOR_H_
 
-// Turns one encoded image plus its planned geometry (common/augment.h) into
-// the output pixels of one batch slot: decode, crop, resize and flip in a
-// single resampling step, with torchvision-on-PIL semantics (antialiased
-// bilinear resize of a real-valued source box, see image/resample.h).
+// Turns one encoded image plus its sample plan (image/plan.h) into the
+// output pixels of one batch slot: decode, the source warp (every geometric
+// op before the first pixel op, folded: crop, resize, flip, pad, rotate,
+// affine, resampled once; see image/warp.h for the semantics), then the
+// plan's steps (pixel ops in place, further warps of the current image),
+// with torchvision-on-PIL semantics.
 //
-// The JPEG fast path decodes only the rows and iMCU columns that the
-// resampling filter reads, and, when the source box is at least twice the
-// output size in both dimensions, lets libjpeg downscale by 2, 4 or 8 in the
-// DCT domain first (like PIL's Image.draft). The first is exact: the output
-// equals resampling a full decode. The second trades a little fidelity
-// (typically > 40 dB PSNR against the exact result) for speed.
+// The JPEG fast path decodes only the part of the image that the source
+// warp reads (WarpReadRegion: rows and iMCU columns, filter support
+// included), and, when the warp shrinks the source at least twice along
+// both axes, lets libjpeg downscale by 2, 4 or 8 in the DCT domain first
+// (like PIL's Image.draft). The first is exact: the output equals warping a
+// full decode. The second trades a little fidelity (typically > 40 dB PSNR
+// against the exact result) for speed.
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/geometry.h"
 #include "image/image_probe.h"
 #include "image/jpeg_decoder.h"
-#include "image/resample.h"
+#include "image/plan.h"
+#include "image/warp.h"
 
 namespace stoker::image {
 
 struct SampleProcessorOptions {
   // Let libjpeg downscale by the largest factor in {2, 4, 8} that keeps the
-  // scaled source box at least as large as the output in both dimensions.
-  // Faster; changes pixels slightly. Default true.
+  // scaled source at least as dense as the source warp's output along both
+  // axes (ChooseScaleDenom in image/warp.h). Faster; changes pixels
+  // slightly. Default true.
   bool dct_scaling = true;
   // Decode only the part of the JPEG that the output depends on. Does not
   // change the output. Default true.
@@ -41,12 +46,12 @@ struct SampleProcessorOptions {
 // Where one Process call spent its time, in nanoseconds (steady clock).
 struct SampleTimings {
   int64_t decode_ns = 0;     // header parsing and decoding
-  int64_t transform_ns = 0;  // resampling into the destination
+  int64_t transform_ns = 0;  // the plan's warps and pixel ops
 };
 
-// One per worker thread; not thread-safe. Keeps the decoder, resampler and
-// decode buffer so that steady-state JPEG processing does not allocate
-// (libjpeg's internal per-image pools aside).
+// One per worker thread; not thread-safe. Keeps the decoder, warper, decode
+// buffer and intermediate images so that steady-state JPEG processing does
+// not allocate (libjpeg's internal per-image pools aside).
 class SampleProcessor {
  public:
   explicit SampleProcessor(
@@ -63,37 +68,52 @@ class SampleProcessor {
   // the header claims more than max_image_pixels.
   absl::StatusOr<ImageInfo> ReadInfo(absl::string_view bytes, bool is_jpeg);
 
-  // Decodes `bytes` and writes the geometry's output image to `dst`:
-  // out_height rows of out_width RGB pixels, tightly packed (HWC uint8,
-  // 3 * out_width * out_height bytes; not owned; nothing outside it is
-  // written; its contents are unspecified after an error). `timings` may be
-  // null; it is filled on success.
-  // Errors: InvalidArgument if the geometry is not valid for this image
-  // (box empty or not inside the image within 1e-6 pixels, output side not
-  // in [1, 2^16]); DataLoss if the bytes do not decode (corrupt, truncated,
-  // unknown format, or decoding to another size than the header claims);
-  // ResourceExhausted, before decoding, for images over max_image_pixels.
-  // Decode buffers over 64 MiB are freed before returning.
+  // Decodes `bytes` and writes the plan's output image to `dst`:
+  // plan.out_height() rows of plan.out_width() RGB pixels, tightly packed
+  // (HWC uint8, 3 * out_width * out_height bytes; not owned; nothing outside
+  // it is written; its contents are unspecified after an error). Runs the
+  // source warp on the decoded image, then each step in order: a pixel step
+  // applies its kernel in place to the current image, a warp step warps the
+  // current image into a new one. `timings` may be null; it is filled on
+  // success.
+  // Errors: InvalidArgument if the plan is malformed (a warp invalid for
+  // ValidateWarp in image/warp.h: output side not in [1, 2^16], non-finite
+  // or absurd maps, an empty source box; a pixel step without a kernel) or
+  // does not fit this image (no output pixel of the source warp maps inside
+  // the image and its clips), or a resize the resampler refuses (shrinking
+  // by more than 4096); DataLoss if the bytes do not decode (corrupt,
+  // truncated, unknown format, or decoding to another size than the header
+  // claims); ResourceExhausted, before decoding, for images over
+  // max_image_pixels. Decode buffers and intermediate images over 64 MiB are
+  // freed before returning.
   absl::Status Process(absl::string_view bytes, bool is_jpeg,
-                       const common::SampleGeometry& geometry, uint8_t* dst,
+                       const SamplePlan& plan, uint8_t* dst,
                        SampleTimings* timings);
 
-  // Bytes of decode buffer kept for the next sample (at most 64 MiB).
+  // Bytes of buffers kept for the next sample (decode buffer, intermediate
+  // images; each at most 64 MiB).
   int64_t kept_buffer_bytes() const {
-    return static_cast<int64_t>(decoded_.pixels.capacity());
+    return static_cast<int64_t>(decoded_.pixels.capacity() +
+                                images_[0].capacity() + images_[1].capacity() +
+                                warper_.kept_buffer_bytes());
   }
 
  private:
   // ProbeImage plus the pixel limit.
   absl::StatusOr<ImageHeader> Probe(absl::string_view bytes,
                                     bool is_jpeg) const;
+  // Decodes what `warp` reads of the image into decoded_.
   absl::Status Decode(absl::string_view bytes, const ImageHeader& header,
-                      const common::SampleGeometry& geometry);
+                      const WarpStep& warp);
+  // Frees buffers over the kept limit.
+  void ReleaseLargeBuffers();
 
   const SampleProcessorOptions options_;
   JpegDecoder jpeg_;
-  Resampler resampler_;
+  Warper warper_;
   DecodedImage decoded_;
+  // Ping-pong buffers for the images between warps.
+  std::vector<uint8_t> images_[2];
 };
 
 }  // namespace stoker::image

@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/augment.h"
 #include "common/random.h"
 
 namespace stoker::server {
@@ -169,14 +168,14 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
       if (!info.ok()) {
         status = info.status();
       } else {
-        common::SampleGeometry geometry = common::PlanSample(
-            setup_.transform, info->width, info->height,
+        const image::SamplePlan plan = setup_.transform->Plan(
+            info->width, info->height,
             common::SampleKey(setup_.seed, setup_.epoch, sample));
         image::SampleTimings timings;
         uint8_t* dst =
             batch->pixels->data() + sample_bytes_ * slot;
         status = worker->processor.Process(worker->image_bytes, is_jpeg,
-                                           geometry, dst, &timings);
+                                           plan, dst, &timings);
         batch->decode_ns.fetch_add(timings.decode_ns,
                                    std::memory_order_relaxed);
         batch->transform_ns.fetch_add(timings.transform_ns,

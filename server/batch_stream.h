@@ -33,10 +33,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/epoch_plan.h"
+#include "image/ops/transform.h"
+#include "image/sample_processor.h"
 #include "proto/stoker.pb.h"
 #include "server/dataset.h"
 #include "server/memory_budget.h"
-#include "image/sample_processor.h"
 #include "server/worker_pool.h"
 
 namespace stoker::server {
@@ -74,7 +75,9 @@ struct BatchStreamSetup {
   std::optional<common::EpochPlan> plan;  // set (no default constructor)
   uint64_t seed = 0;
   int64_t epoch = 0;
-  v1::TransformPipeline transform;
+  // The request's pipeline, validated (shared: streams of one plan may
+  // share it).
+  std::shared_ptr<const image::Transform> transform;
   int out_height = 0;
   int out_width = 0;
   int64_t start_batch = 0;

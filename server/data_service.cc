@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 #include "spdlog/spdlog.h"
 
 namespace stoker::server {
@@ -142,9 +142,11 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
         dataset.fingerprint(), " on this server, the client expected ",
         Quote(request.expected_fingerprint())));
   }
-  absl::StatusOr<std::pair<int, int>> size = common::OutputSize(spec.transform());
-  if (!size.ok()) return size.status();
-  const auto [height, width] = *size;
+  absl::StatusOr<image::Transform> transform =
+      image::Transform::Create(spec.transform());
+  if (!transform.ok()) return transform.status();
+  const int height = transform->output_size().height;
+  const int width = transform->output_size().width;
 
   common::EpochPlanParams params;
   params.num_samples = dataset.sample_count();
@@ -225,7 +227,8 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   setup.plan = *std::move(plan);
   setup.seed = spec.seed();
   setup.epoch = spec.epoch();
-  setup.transform = spec.transform();
+  setup.transform =
+      std::make_shared<const image::Transform>(*std::move(transform));
   setup.out_height = height;
   setup.out_width = width;
   setup.start_batch = start;

@@ -12,9 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/loader.h"
-#include "common/augment.h"
 #include "common/random.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
@@ -120,9 +119,13 @@ TEST_F(EndToEndTest, PixelsEqualAnIndependentReference) {
       ASSERT_TRUE(bytes.ok());
       auto image = testing::DecodeRgb(*bytes);
       ASSERT_TRUE(image.ok());
-      common::SampleGeometry geometry = common::PlanSample(
-          loader_options.transform, image->width, image->height,
-          common::SampleKey(loader_options.seed, 3, index));
+      const image::SamplePlan plan =
+          image::Transform::Create(loader_options.transform)
+              ->Plan(image->width, image->height,
+                     common::SampleKey(loader_options.seed, 3, index));
+      ASSERT_TRUE(plan.steps.empty());
+      const testing::SampleGeometry geometry =
+          testing::GeometryOf(plan.source_warp);
       flipped += geometry.flip_horizontal;
       testing::RgbImage expected = testing::ReferenceTransform(*image, geometry);
       const size_t size = 48 * 48 * 3;
@@ -315,7 +318,7 @@ v1::StreamBatchesRequest ValidRequest() {
   v1::StreamBatchesRequest request;
   v1::EpochPlanSpec* plan = request.mutable_plan();
   plan->set_dataset(kDataset);
-  *plan->mutable_transform() = *common::ParseTransform("RandomResizedCrop(16)");
+  *plan->mutable_transform() = *image::ParseTransform("RandomResizedCrop(16)");
   plan->set_batch_size(4);
   plan->set_world_size(1);
   return request;
@@ -325,7 +328,7 @@ v1::StreamBatchesRequest LargeRequest() {
   v1::StreamBatchesRequest request = ValidRequest();
   request.mutable_plan()->set_batch_size(1);
   *request.mutable_plan()->mutable_transform() =
-      *common::ParseTransform("RandomResizedCrop(512)");
+      *image::ParseTransform("RandomResizedCrop(512)");
   return request;
 }
 
@@ -353,7 +356,7 @@ TEST_F(EndToEndTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
        [](auto* r) {
          r->mutable_plan()->set_batch_size(60000);
          *r->mutable_plan()->mutable_transform() =
-             *common::ParseTransform("RandomResizedCrop(224)");
+             *image::ParseTransform("RandomResizedCrop(224)");
        },
        grpc::StatusCode::RESOURCE_EXHAUSTED, "--max_batch_bytes"},
       {"empty transform",
@@ -363,10 +366,30 @@ TEST_F(EndToEndTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
        [](auto* r) {
          v1::TransformPipeline* t = r->mutable_plan()->mutable_transform();
          t->Clear();
-         t->add_steps()->mutable_resize()->set_shorter_side(64);
-         t->add_steps()->mutable_random_horizontal_flip()->set_p(0.5);
+         v1::TransformStep* resize = t->add_steps();
+         resize->set_op("Resize");
+         v1::OpArgument* size = resize->add_args();
+         size->set_name("size");
+         size->add_numbers(64);
+         t->add_steps()->set_op("RandomHorizontalFlip");
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "fixed size"},
+       grpc::StatusCode::INVALID_ARGUMENT, "fixed output size"},
+      {"unknown op",
+       [](auto* r) {
+         r->mutable_plan()->mutable_transform()->add_steps()->set_op(
+             "RandomHypnosis");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "unknown op"},
+      {"argument of the wrong kind",
+       [](auto* r) {
+         v1::TransformStep* step =
+             r->mutable_plan()->mutable_transform()->mutable_steps(0);
+         for (v1::OpArgument& a : *step->mutable_args()) {
+           if (a.name() == "interpolation") a.set_word("lanczos");
+         }
+       },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "interpolation must be nearest, bilinear or bicubic, got lanczos"},
       {"rank outside world", [](auto* r) { r->mutable_plan()->set_rank(3); },
        grpc::StatusCode::INVALID_ARGUMENT, "rank"},
       {"range past the end", [](auto* r) { r->set_start_batch(100); },
@@ -390,7 +413,7 @@ TEST_F(EndToEndTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
          t->Clear();
          for (int i = 0; i < 128; ++i) {
            *t->add_steps() =
-               common::ParseTransform("RandomResizedCrop(32)")->steps(0);
+               image::ParseTransform("RandomResizedCrop(32)")->steps(0);
          }
          r->set_bad_sample_policy(v1::BAD_SAMPLE_POLICY_FAIL);
        },
@@ -637,7 +660,7 @@ TEST_F(EndToEndTest, DrainEndsStreamsWithUnavailableAndRefusesNewOnes) {
   // open (and the server draining) until this client reads on.
   v1::StreamBatchesRequest huge = LargeRequest();
   *huge.mutable_plan()->mutable_transform() =
-      *common::ParseTransform("RandomResizedCrop(2048)");
+      *image::ParseTransform("RandomResizedCrop(2048)");
   auto reader = client.stub().StreamBatches(&context, huge);
   v1::StreamBatchesResponse response;
   ASSERT_TRUE(reader->Read(&response));  // the stream is under way

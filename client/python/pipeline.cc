@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/epoch_plan.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 
 namespace stoker::client::python {
 namespace {
@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
         "prefetch must be >= 1, got ", resolved.loader.prefetch_batches));
   }
   absl::StatusOr<std::pair<int, int>> size =
-      common::OutputSize(resolved.loader.transform);
+      image::OutputSize(resolved.loader.transform);
   if (!size.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("transform: ", size.status().message()));
@@ -59,6 +59,9 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
   if (resolved.device.pinned_slots == 0) {
     resolved.device.pinned_slots = resolved.loader.prefetch_batches + 2;
   }
+  // The batch ops are keyed by the plan's seed and this rank.
+  resolved.device.batch_ops.seed = resolved.loader.seed;
+  resolved.device.batch_ops.rank = resolved.loader.rank;
   std::unique_ptr<Pipeline> pipeline(new Pipeline(resolved));
   if (absl::Status s = pipeline->Build(); !s.ok()) return s;
   {

@@ -55,6 +55,8 @@ struct PipelineOptions {
   // batch_size * height * width * 3 of the transform's output size;
   // `pinned_slots` == 0 means loader.prefetch_batches + 2 (the network
   // loader's window, the batch being copied and one spare).
+  // `batch_ops.seed` and `batch_ops.rank` are set from loader.seed and
+  // loader.rank (the batch ops are keyed by the plan).
   DeviceLoaderOptions device;
 };
 

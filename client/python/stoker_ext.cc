@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/batch_ops.h"
 #include "client/checksum.h"
 #include "client/convert.h"
 #include "client/cuda_runtime.h"
@@ -31,7 +32,7 @@
 #include "client/device_loader.h"
 #include "client/python/pipeline.h"
 #include "client/server_list.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 #include "spdlog/spdlog.h"
 
 namespace py = pybind11;
@@ -118,7 +119,9 @@ PyObject* MakeErrorType(py::module_& m, const char* name, py::tuple bases,
 // to the caller and any number may be kept) and ConvertInto() fills them:
 // on the GPU it enqueues the conversion and the label copy on the caller's
 // stream and releases the staging slot on that stream, so the slot is
-// reused only after the conversion has run. Single use; not thread-safe.
+// reused only after the conversion has run. Batch ops (random erasing,
+// MixUp / CutMix) drawn by the device loader are applied to the converted
+// tensor right after, on the same stream. Single use; not thread-safe.
 class StagedBatch {
  public:
   StagedBatch(DeviceBatch batch, const ConvertOptions& output)
@@ -132,10 +135,14 @@ class StagedBatch {
 
   // images: the address of a dense tensor of output_.dtype with n * h * w *
   // c elements, laid out NCHW (contiguous) or NHWC (channels_last) as the
-  // output layout says; labels: the address of n int64 values; both on the
-  // batch's device (host memory for "cpu"). stream: the cudaStream_t the
-  // caller will use the tensors on (0 = the legacy default stream); ignored
-  // on the CPU.
+  // output layout says; labels: the address of n int64 values, or with
+  // MixUp / CutMix on (soft_labels) of n * num_classes float32 values; both
+  // on the batch's device (host memory for "cpu"). stream: the cudaStream_t
+  // the caller will use the tensors on (0 = the legacy default stream);
+  // ignored on the CPU.
+  // Whether ConvertInto writes soft labels (n x num_classes float32).
+  bool SoftLabels() const { return batch_.batch_ops().soft_labels; }
+
   void ConvertInto(uintptr_t images, uintptr_t labels, uintptr_t stream) {
     if (!batch_.valid()) {
       ThrowStatus(absl::FailedPreconditionError(
@@ -145,21 +152,29 @@ class StagedBatch {
     {
       py::gil_scoped_release release;
       s = Convert(reinterpret_cast<void*>(images),
-                  reinterpret_cast<int64_t*>(labels),
+                  reinterpret_cast<void*>(labels),
                   reinterpret_cast<CudaStream>(stream));
     }
     if (!s.ok()) ThrowStatus(s);
   }
 
  private:
-  absl::Status Convert(void* images, int64_t* labels, CudaStream stream) {
+  absl::Status Convert(void* images, void* labels, CudaStream stream) {
     const HostBatch& info = batch_.info();
     const ImageShape shape{info.n, info.height, info.width, info.channels};
     const auto* pixels = static_cast<const uint8_t*>(batch_.data());
-    const size_t label_bytes = static_cast<size_t>(info.n) * sizeof(int64_t);
+    const BatchOpsParams& ops = batch_.batch_ops();
+    // With soft labels `labels` receives them; else the int64 labels.
+    float* soft = ops.soft_labels ? static_cast<float*>(labels) : nullptr;
+    const size_t label_bytes =
+        ops.soft_labels ? 0 : static_cast<size_t>(info.n) * sizeof(int64_t);
     absl::Status s;
     if (batch_.device() == DeviceKind::kCpu) {
       s = ConvertOnHost(pixels, shape, output_, images);
+      if (s.ok() && ops.active()) {
+        s = ApplyBatchOpsOnHost(ops, shape, output_.dtype, output_.layout,
+                                images, batch_.labels(), soft);
+      }
       if (s.ok() && label_bytes > 0) {
         std::memcpy(labels, batch_.labels(), label_bytes);
       }
@@ -170,6 +185,11 @@ class StagedBatch {
     if (!device.status().ok()) return device.status();
     s = batch_.WaitOn(stream);
     if (s.ok()) s = ConvertOnDevice(pixels, shape, output_, images, stream);
+    if (s.ok() && ops.active()) {
+      s = ApplyBatchOpsOnDevice(ops, batch_.erase_boxes(), shape,
+                                output_.dtype, output_.layout, images,
+                                batch_.labels(), soft, stream);
+    }
     if (s.ok() && label_bytes > 0) {
       s = CudaMemcpyAsync(labels, batch_.labels(), label_bytes, stream);
     }
@@ -201,8 +221,33 @@ py::dict BatchInfo(const DeviceBatch& batch) {
   d["batch_index"] = info.batch_index;
   d["keys"] = info.keys;
   d["sample_indices"] = info.sample_indices;
+  d["labels"] = info.labels;
   d["server"] = info.server;
   d["skipped"] = skipped;
+  const BatchOpsParams& ops = batch.batch_ops();
+  if (!ops.erase.empty()) {
+    py::list erase;
+    for (const EraseBox& box : ops.erase) {
+      if (box.height > 0 && box.width > 0) {
+        erase.append(py::make_tuple(box.top, box.left, box.height, box.width));
+      } else {
+        erase.append(py::none());
+      }
+    }
+    d["erase"] = erase;
+  }
+  if (ops.soft_labels) {
+    const MixParams& m = ops.mix;
+    py::dict mix;
+    mix["mode"] = std::string(MixModeName(m.mode));
+    mix["lam"] = m.lambda;
+    mix["weights"] = py::make_tuple(m.self_weight, m.partner_weight);
+    mix["box"] = m.mode == MixMode::kCutMix
+                     ? py::object(py::make_tuple(m.y0, m.y1, m.x0, m.x1))
+                     : py::object(py::none());
+    mix["partner"] = "flip";
+    d["mix"] = mix;
+  }
   return d;
 }
 
@@ -238,6 +283,18 @@ struct Settings {
   double unavailable_timeout_s = 30;
   int output_slots = 4;
   int pinned_slots = 0;
+  // Batch ops (client/batch_ops.h).
+  double erasing_p = 0;
+  std::array<double, 2> erasing_scale{0.02, 0.33};
+  std::array<double, 2> erasing_ratio{0.3, 3.3};
+  std::array<float, 3> erasing_value{0, 0, 0};
+  bool erasing_random = false;
+  double mixup_alpha = 0;
+  double cutmix_alpha = 0;
+  double mix_prob = 1;
+  double switch_prob = 0.5;
+  double label_smoothing = 0;
+  int num_classes = 0;
 };
 
 absl::Duration PositiveSeconds(const char* name, double seconds) {
@@ -268,7 +325,7 @@ Configured ToOptions(const Settings& s) {
   if (s.dataset.empty()) ThrowInvalid("dataset must be a non-empty name");
   l.dataset = s.dataset;
   absl::StatusOr<v1::TransformPipeline> transform =
-      common::ParseTransform(s.transform);
+      image::ParseTransform(s.transform);
   if (!transform.ok()) {
     ThrowInvalid(absl::StrCat("transform: ", transform.status().message()));
   }
@@ -315,6 +372,35 @@ Configured ToOptions(const Settings& s) {
                               "got ", s.pinned_slots));
   }
   d.pinned_slots = s.pinned_slots;
+
+  // The device loader stages uint8 pixels, so it only draws the batch ops
+  // (keyed by the seed and rank: Pipeline::Create sets them); StagedBatch
+  // applies them after converting into the caller's tensor.
+  BatchOpsOptions& ops = d.batch_ops;
+  ops.erasing.probability = s.erasing_p;
+  ops.erasing.scale_min = s.erasing_scale[0];
+  ops.erasing.scale_max = s.erasing_scale[1];
+  ops.erasing.ratio_min = s.erasing_ratio[0];
+  ops.erasing.ratio_max = s.erasing_ratio[1];
+  ops.erasing.fill =
+      s.erasing_random ? EraseFill::kNormal : EraseFill::kConstant;
+  ops.erasing.value = s.erasing_value;
+  ops.mix.mixup_alpha = s.mixup_alpha;
+  ops.mix.cutmix_alpha = s.cutmix_alpha;
+  ops.mix.mix_prob = s.mix_prob;
+  ops.mix.switch_prob = s.switch_prob;
+  ops.mix.label_smoothing = s.label_smoothing;
+  ops.mix.num_classes = s.num_classes;
+  if (absl::Status st = ValidateBatchOpsOptions(ops); !st.ok()) {
+    ThrowStatus(st);
+  }
+  if (ops.enabled() && out.dtype == DType::kUint8) {
+    ThrowInvalid(
+        "random_erasing, mixup_alpha and cutmix_alpha need a float dtype "
+        "(float32, float16 or bfloat16): uint8 output holds raw pixels, not "
+        "normalized values");
+  }
+  d.apply_batch_ops = false;
   return configured;
 }
 
@@ -517,6 +603,7 @@ PYBIND11_MODULE(_stoker, m) {
                           "One received batch; convert_into fills the "
                           "caller's tensors (see stoker.Loader).")
       .def_property_readonly("shape", &StagedBatch::Shape)
+      .def_property_readonly("soft_labels", &StagedBatch::SoftLabels)
       .def("convert_into", &StagedBatch::ConvertInto, py::arg("images"),
            py::arg("labels"), py::arg("stream"));
 
@@ -544,7 +631,18 @@ PYBIND11_MODULE(_stoker, m) {
       .def_readwrite("stall_timeout_s", &Settings::stall_timeout_s)
       .def_readwrite("unavailable_timeout_s", &Settings::unavailable_timeout_s)
       .def_readwrite("output_slots", &Settings::output_slots)
-      .def_readwrite("pinned_slots", &Settings::pinned_slots);
+      .def_readwrite("pinned_slots", &Settings::pinned_slots)
+      .def_readwrite("erasing_p", &Settings::erasing_p)
+      .def_readwrite("erasing_scale", &Settings::erasing_scale)
+      .def_readwrite("erasing_ratio", &Settings::erasing_ratio)
+      .def_readwrite("erasing_value", &Settings::erasing_value)
+      .def_readwrite("erasing_random", &Settings::erasing_random)
+      .def_readwrite("mixup_alpha", &Settings::mixup_alpha)
+      .def_readwrite("cutmix_alpha", &Settings::cutmix_alpha)
+      .def_readwrite("mix_prob", &Settings::mix_prob)
+      .def_readwrite("switch_prob", &Settings::switch_prob)
+      .def_readwrite("label_smoothing", &Settings::label_smoothing)
+      .def_readwrite("num_classes", &Settings::num_classes);
 
   py::class_<PyPipeline>(m, "Pipeline")
       .def(py::init<const Settings&>())

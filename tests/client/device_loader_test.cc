@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "client/batch_ops.h"
 #include "client/convert.h"
 #include "client/cuda_runtime.h"
 #include "gmock/gmock.h"
@@ -340,6 +341,139 @@ TEST_F(DeviceLoaderTest, CreateRejectsBadOptions) {
   o.convert.std[0] = 0;
   EXPECT_EQ(DeviceLoader::Create(o).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Batch ops: erasing on every sample, MixUp or CutMix on every batch. The
+// fake labels of batches >= 1 lie in [997, 1000 * batches).
+BatchOpsOptions EveryBatchOp() {
+  BatchOpsOptions ops;
+  ops.seed = 9;
+  ops.rank = 1;
+  ops.erasing.probability = 1;
+  ops.erasing.fill = EraseFill::kNormal;
+  ops.mix.mixup_alpha = 0.8;
+  ops.mix.cutmix_alpha = 1.0;
+  ops.mix.label_smoothing = 0.1;
+  ops.mix.num_classes = 8000;
+  return ops;
+}
+
+class DeviceLoaderBatchOpsTest : public DeviceLoaderFormatTest {};
+
+TEST_P(DeviceLoaderBatchOpsTest, AppliesBatchOpsAfterTheConversion) {
+  DeviceLoaderOptions options = Options();
+  options.convert.dtype = std::get<0>(GetParam());
+  options.convert.layout = std::get<1>(GetParam());
+  options.batch_ops = EveryBatchOp();
+  StartLoader(options);
+  std::vector<FakeBatchSpec> specs;
+  for (int i = 1; i <= 6; ++i) specs.push_back(Spec(1, i, i == 6 ? 3 : kBatch));
+  for (const FakeBatchSpec& s : specs) source_->AddBatch(s);
+  Start();
+  std::set<MixMode> modes;
+  for (const FakeBatchSpec& spec : specs) {
+    SCOPED_TRACE(spec.batch_index);
+    absl::StatusOr<DeviceBatch> b = loader_->Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    // The loader's output is the conversion, then ApplyBatchOpsOnHost with
+    // the parameters DrawBatchOps gives for the batch.
+    absl::StatusOr<BatchOpsParams> params =
+        DrawBatchOps(options.batch_ops, FakeBatchSource::Info(spec));
+    ASSERT_TRUE(params.ok()) << params.status();
+    std::vector<uint8_t> want = ExpectedConversion(spec, options.convert);
+    const std::vector<int64_t> labels = ExpectedLabels(spec);
+    std::vector<float> soft(spec.n * 8000);
+    ASSERT_TRUE(ApplyBatchOpsOnHost(
+                    *params, ImageShape{spec.n, kHeight, kWidth, 3},
+                    options.convert.dtype, options.convert.layout,
+                    want.data(), labels.data(), soft.data())
+                    .ok());
+    EXPECT_EQ(Bytes(*b), want);
+    EXPECT_NE(want, ExpectedConversion(spec, options.convert));
+    EXPECT_EQ(Labels(*b), labels);
+    ASSERT_NE(b->soft_labels(), nullptr);
+    EXPECT_EQ(std::vector<float>(b->soft_labels(),
+                                 b->soft_labels() + spec.n * 8000),
+              soft);
+    const BatchOpsParams& drawn = b->batch_ops();
+    EXPECT_EQ(drawn.mix.mode, params->mix.mode);
+    EXPECT_EQ(drawn.mix.lambda, params->mix.lambda);
+    ASSERT_EQ(drawn.erase.size(), static_cast<size_t>(spec.n));
+    ASSERT_NE(b->erase_boxes(), nullptr);
+    for (int i = 0; i < spec.n; ++i) {
+      EXPECT_EQ(drawn.erase[i].noise_key, params->erase[i].noise_key);
+      EXPECT_EQ(b->erase_boxes()[i].top, params->erase[i].top);
+    }
+    modes.insert(drawn.mix.mode);
+  }
+  EXPECT_GT(modes.size(), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    FloatFormats, DeviceLoaderBatchOpsTest,
+    ::testing::Values(std::tuple{DType::kFloat32, Layout::kNCHW},
+                      std::tuple{DType::kBFloat16, Layout::kNHWC},
+                      std::tuple{DType::kFloat16, Layout::kNCHW}),
+    [](const auto& info) {
+      return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
+                             LayoutName(std::get<1>(info.param)));
+    });
+
+TEST_F(DeviceLoaderTest, DeferredBatchOpsAreDrawnAndStagedNotApplied) {
+  DeviceLoaderOptions options = Options();
+  options.convert.dtype = DType::kUint8;
+  options.convert.layout = Layout::kNHWC;
+  options.batch_ops = EveryBatchOp();
+  options.apply_batch_ops = false;
+  StartLoader(options);
+  source_->AddBatch(Spec(0, 2));
+  Start();
+  absl::StatusOr<DeviceBatch> b = loader_->Next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(Bytes(*b), ExpectedConversion(Spec(0, 2), options.convert));
+  EXPECT_EQ(b->soft_labels(), nullptr);
+  EXPECT_TRUE(b->batch_ops().active());
+  EXPECT_TRUE(b->batch_ops().soft_labels);
+  absl::StatusOr<BatchOpsParams> params =
+      DrawBatchOps(options.batch_ops, FakeBatchSource::Info(Spec(0, 2)));
+  ASSERT_TRUE(params.ok());
+  ASSERT_NE(b->erase_boxes(), nullptr);
+  for (int i = 0; i < kBatch; ++i) {
+    EXPECT_EQ(b->erase_boxes()[i].height, params->erase[i].height);
+    EXPECT_EQ(b->erase_boxes()[i].noise_key, params->erase[i].noise_key);
+  }
+}
+
+TEST_F(DeviceLoaderTest, ALabelOutsideNumClassesFailsItsBatchAlone) {
+  DeviceLoaderOptions options = Options();
+  options.batch_ops = EveryBatchOp();
+  StartLoader(options);
+  source_->AddBatch(Spec(0, 0));  // label -3
+  source_->AddBatch(Spec(0, 1));
+  Start();
+  absl::StatusOr<DeviceBatch> bad = loader_->Next();
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("batch 0 of epoch 0"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("sample_0_0"));
+  absl::StatusOr<DeviceBatch> good = loader_->Next();
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->batch_index(), 1);
+}
+
+TEST_F(DeviceLoaderTest, CreateRejectsBatchOpsOnUint8AndBadBatchOps) {
+  DeviceLoaderOptions o = Options();
+  o.convert.dtype = DType::kUint8;
+  o.batch_ops.erasing.probability = 0.5;
+  absl::Status s = DeviceLoader::Create(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("float"));
+  o.apply_batch_ops = false;
+  EXPECT_TRUE(DeviceLoader::Create(o).ok());
+  o = Options();
+  o.batch_ops.mix.cutmix_alpha = 1;
+  s = DeviceLoader::Create(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("num_classes"));
 }
 
 TEST_F(DeviceLoaderTest, CudaWithoutAGpuIsFailedPrecondition) {

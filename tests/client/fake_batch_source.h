@@ -111,6 +111,26 @@ class FakeBatchSource : public BatchSource {
     return epoch * 1000000 + batch_index * 1000 + i;
   }
 
+  // Everything but the pixels of the batch the source delivers for `spec`
+  // (shape, labels, sample indices, keys, server).
+  static HostBatch Info(const FakeBatchSpec& spec) {
+    HostBatch b;
+    b.epoch = spec.epoch;
+    b.batch_index = spec.batch_index;
+    b.n = spec.n;
+    b.height = spec.height;
+    b.width = spec.width;
+    b.channels = spec.channels;
+    for (int i = 0; i < spec.n; ++i) {
+      b.labels.push_back(Label(spec.batch_index, i));
+      b.sample_indices.push_back(
+          SampleIndex(spec.epoch, spec.batch_index, i));
+      b.keys.push_back(absl::StrCat("sample_", spec.batch_index, "_", i));
+    }
+    b.server = "fake:0";
+    return b;
+  }
+
   // The pixels MakeBatch writes for `spec`.
   static std::vector<uint8_t> Pixels(const FakeBatchSpec& spec) {
     std::vector<uint8_t> out(static_cast<size_t>(spec.n) * spec.height *
@@ -130,27 +150,14 @@ class FakeBatchSource : public BatchSource {
 
   absl::StatusOr<HostBatch> MakeBatch(const FakeBatchSpec& spec,
                                       bool malformed) {
-    HostBatch b;
-    b.epoch = spec.epoch;
-    b.batch_index = spec.batch_index;
-    b.n = spec.n;
-    b.height = spec.height;
-    b.width = spec.width;
-    b.channels = spec.channels;
+    HostBatch b = Info(spec);
     absl::StatusOr<PixelBuffer> pixels = allocator_->Allocate(b.pixel_bytes());
     if (!pixels.ok()) return pixels.status();
     b.pixels = *std::move(pixels);
     for (size_t i = 0; i < b.pixel_bytes(); ++i) {
       b.pixels.data()[i] = Pixel(spec.epoch, spec.batch_index, i);
     }
-    for (int i = 0; i < spec.n; ++i) {
-      b.labels.push_back(Label(spec.batch_index, i));
-      b.sample_indices.push_back(
-          SampleIndex(spec.epoch, spec.batch_index, i));
-      b.keys.push_back(absl::StrCat("sample_", spec.batch_index, "_", i));
-    }
     if (malformed) b.labels.push_back(0);
-    b.server = "fake:0";
     return b;
   }
 

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/epoch_plan.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/stoker.pb.h"
 #include "server/batch_stream.h"
@@ -131,7 +131,7 @@ bool LooksAcceptable(const v1::StreamBatchesRequest& request,
     return false;
   }
   absl::StatusOr<std::pair<int, int>> size =
-      common::OutputSize(plan.transform());
+      image::OutputSize(plan.transform());
   if (!size.ok()) return false;
   if (!common::ValidateBatching(plan.batch_size(), plan.rank(),
                                 plan.world_size())

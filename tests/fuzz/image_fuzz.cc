@@ -8,7 +8,8 @@
 //               (p[3] + 1) / 256 of the rest of the row
 //   p[4], p[5]  the same for rows
 //   p[6]        bit 0 flip, bit 1 the container's is_jpeg claim, bit 2
-//               dct_scaling
+//               dct_scaling, bit 3 rotate the warp about the box centre by
+//               (p[6] >> 4) * 24 degrees (a general affine warp with fill)
 //   p[7]        bits 0-1 box shape: 0 as above, 1 the whole image, 2 the box
 //               snapped to whole pixels, 3 the box's far edges pushed just
 //               past the image within Process's 1e-6 tolerance; bits 2-3
@@ -29,6 +30,7 @@
 // so buffer reuse is exercised too.
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -39,8 +41,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/geometry.h"
 #include "image/jpeg_decoder.h"
+#include "image/plan.h"
 #include "image/sample_processor.h"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -66,6 +68,8 @@ struct Params {
   bool dct_scaling = false;
   int box_shape = 0;
   int scale_denom = 1;
+  bool rotate = false;
+  double angle_degrees = 0;
 };
 
 Params ReadParams(const uint8_t* p) {
@@ -78,6 +82,8 @@ Params ReadParams(const uint8_t* p) {
   params.dct_scaling = (p[6] & 4) != 0;
   params.box_shape = p[7] & 3;
   params.scale_denom = 1 << ((p[7] >> 2) & 3);
+  params.rotate = (p[6] & 8) != 0;
+  params.angle_degrees = (p[6] >> 4) * 24.0;
   return params;
 }
 
@@ -88,12 +94,12 @@ void Span(int size, uint8_t a, uint8_t b, double* lo, double* hi) {
   *hi = *lo + (size - *lo) * ((b + 1) / 256.0);
 }
 
-common::SampleGeometry MakeGeometry(const Params& params, ImageInfo info) {
-  common::SampleGeometry g;
-  g.out_width = params.out_width;
-  g.out_height = params.out_height;
-  g.flip_horizontal = params.flip;
-  common::Box& b = g.source;
+struct Box {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
+Box MakeBox(const Params& params, ImageInfo info) {
+  Box b;
   Span(info.width, params.box[0], params.box[1], &b.x0, &b.x1);
   Span(info.height, params.box[2], params.box[3], &b.y0, &b.y1);
   switch (params.box_shape) {
@@ -114,7 +120,34 @@ common::SampleGeometry MakeGeometry(const Params& params, ImageInfo info) {
     default:
       break;
   }
-  return g;
+  return b;
+}
+
+// The box resampled to the output size, mirrored and rotated as asked.
+SamplePlan MakePlan(const Params& params, const Box& b) {
+  SamplePlan plan;
+  WarpStep& w = plan.source_warp;
+  w.out_width = params.out_width;
+  w.out_height = params.out_height;
+  const double sx = (b.x1 - b.x0) / params.out_width;
+  w.to_input.a = params.flip ? -sx : sx;
+  w.to_input.c = params.flip ? b.x1 : b.x0;
+  w.to_input.e = (b.y1 - b.y0) / params.out_height;
+  w.to_input.f = b.y0;
+  if (params.rotate) {
+    const double r = params.angle_degrees * M_PI / 180.0;
+    const double cx = params.out_width / 2.0, cy = params.out_height / 2.0;
+    Affine rot;
+    rot.a = std::cos(r);
+    rot.b = std::sin(r);
+    rot.d = -std::sin(r);
+    rot.e = std::cos(r);
+    rot.c = cx - rot.a * cx - rot.b * cy;
+    rot.f = cy - rot.d * cx - rot.e * cy;
+    w.to_input = w.to_input.After(rot);
+    w.fill = {7, 8, 9};
+  }
+  return plan;
 }
 
 SampleProcessor* NewProcessor(bool dct_scaling, bool partial_decode) {
@@ -229,13 +262,15 @@ void Run(const uint8_t* data, size_t size) {
     }
   }
 
-  const common::SampleGeometry g = MakeGeometry(params, *info);
-  const size_t out_bytes = size_t{3} * g.out_width * g.out_height;
+  const Box box = MakeBox(params, *info);
+  const SamplePlan plan = MakePlan(params, box);
+  const size_t out_bytes =
+      size_t{3} * params.out_width * params.out_height;
   std::vector<uint8_t> a(out_bytes), b(out_bytes);
-  const absl::Status sa = partial.Process(bytes, params.is_jpeg, g, a.data(),
+  const absl::Status sa = partial.Process(bytes, params.is_jpeg, plan, a.data(),
                                           /*timings=*/nullptr);
   SampleProcessor& whole = Processor(params.dct_scaling, false);
-  const absl::Status sb = whole.Process(bytes, params.is_jpeg, g, b.data(),
+  const absl::Status sb = whole.Process(bytes, params.is_jpeg, plan, b.data(),
                                         /*timings=*/nullptr);
   if (jpeg && (sa.ok() || sb.ok())) {
     FuzzCheck(HasEndOfImage(bytes),
@@ -244,9 +279,10 @@ void Run(const uint8_t* data, size_t size) {
   if (sa.ok() && sb.ok()) {
     FuzzCheck(a == b,
               absl::StrCat("partial and whole decode differ: ", info->width,
-                           "x", info->height, " box [", g.source.x0, ", ",
-                           g.source.x1, ") x [", g.source.y0, ", ", g.source.y1,
-                           ") to ", g.out_width, "x", g.out_height,
+                           "x", info->height, " box [", box.x0, ", ", box.x1,
+                           ") x [", box.y0, ", ", box.y1, ") to ",
+                           params.out_width, "x", params.out_height,
+                           " rotated ", params.rotate ? params.angle_degrees : 0,
                            " dct_scaling ", params.dct_scaling));
   }
 }

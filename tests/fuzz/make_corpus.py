@@ -258,16 +258,26 @@ def protoc_encode(message, text):
 def transform_corpus():
     texts = [
         "RandomResizedCrop(224)|RandomHorizontalFlip()",
-        "RandomResizedCrop(160, 192, scale=(0.35, 1), ratio=(3/4, 4/3))",
-        "RandomResizedCrop((64, 48), ratio=(0.5, 2.0))",
+        "RandomResizedCrop((160, 192), scale=(0.35, 1), ratio=(3/4, 4/3))",
+        "RandomResizedCrop((64, 48), ratio=(0.5, 2.0), interpolation=bicubic)",
         "RandomResizedCrop(size=(32, 32), scale=(1e-3, 0.5))",
         " Resize(256) | CenterCrop(224) ",
-        "Resize(128, 96)",
-        "Resize((7, 9))|RandomHorizontalFlip(p=0.25)",
+        "Resize((128, 96), interpolation=InterpolationMode.NEAREST)",
+        "Resize((7, 9))|RandomHorizontalFlip(p=0.25)|RandomVerticalFlip()",
         "CenterCrop(size=16)|RandomHorizontalFlip(1)",
-        "RandomHorizontalFlip(0)|CenterCrop(3, 4)",
-        "Resize(size=300)|RandomResizedCrop(299)|RandomHorizontalFlip(p=0.7)",
-        "RandomResizedCrop(16384)",
+        "RandomCrop(32, padding=4)|RandomHorizontalFlip()",
+        "RandomCrop((24, 20), padding=(1, 2, 3, 4), pad_if_needed=True, "
+        "fill=(1, 2, 3))",
+        "RandomResizedCrop(224)|TrivialAugmentWide()|RandomRotation(30)",
+        "RandomResizedCrop(224, interpolation=bicubic)|RandomHorizontalFlip()"
+        "|RandAugment(num_ops=2, magnitude=9, interpolation=bicubic)",
+        "RandomResizedCrop(96)|ColorJitter(0.4, 0.4, 0.4, 0.1)"
+        "|RandomGrayscale(p=0.2)|GaussianBlur(23, sigma=(0.1, 2.0))"
+        "|RandomSolarize(128, p=0.2)",
+        "RandomAffine(10, translate=(0.1, 0.2), scale=(0.9, 1.1), "
+        "shear=(-5, 5, -3, 3))|CenterCrop(40)",
+        "AutoAugment()|RandomEqualize()|RandomPosterize(4)|RandomInvert()"
+        "|RandomAutocontrast()|RandomAdjustSharpness(2)|Resize((16, 16))",
         "Resize(256)",
         "CenterCrop(0)",
         "Bogus(1)",
@@ -276,29 +286,49 @@ def transform_corpus():
         write("transform_spec", f"text_{i:02d}", t.encode())
     write("transform_spec", "wire_crop_flip", protoc_encode(
         "TransformPipeline",
-        "steps { random_resized_crop { height: 24 width: 32 scale_min: 0.1 "
-        "scale_max: 0.9 ratio_min: 0.75 ratio_max: 1.3333333333333333 } } "
-        "steps { random_horizontal_flip { p: 0.5 } }"))
+        'steps { op: "RandomResizedCrop" args { name: "size" numbers: 24 '
+        'numbers: 32 tuple: true } args { name: "scale" numbers: 0.1 '
+        'numbers: 0.9 tuple: true } } '
+        'steps { op: "RandomHorizontalFlip" args { name: "p" numbers: 0.5 } }'))
     write("transform_spec", "wire_resize_center", protoc_encode(
         "TransformPipeline",
-        "steps { resize { shorter_side: 40 } } "
-        "steps { center_crop { height: 32 width: 30 } }"))
+        'steps { op: "Resize" args { name: "size" numbers: 40 } } '
+        'steps { op: "CenterCrop" args { name: "size" numbers: 32 '
+        'numbers: 30 tuple: true } }'))
 
 
 # ---- data_service: StreamBatchesRequest -------------------------------------
 
+def step(op, **args):
+    """A TransformStep in protobuf text form; tuples become tuple args."""
+    parts = []
+    for name, value in args.items():
+        if isinstance(value, str):
+            parts.append(f'args {{ name: "{name}" word: "{value}" }}')
+        elif isinstance(value, tuple):
+            numbers = " ".join(f"numbers: {v}" for v in value)
+            parts.append(f'args {{ name: "{name}" {numbers} tuple: true }}')
+        else:
+            parts.append(f'args {{ name: "{name}" numbers: {value} }}')
+    return f'steps {{ op: "{op}" {" ".join(parts)} }}'
+
+
 def data_service_corpus():
-    flip = ("transform { steps { random_resized_crop { height: 16 width: 12 "
-            "scale_min: 0.08 scale_max: 1 ratio_min: 0.75 "
-            "ratio_max: 1.3333333333333333 } } "
-            "steps { random_horizontal_flip { p: 0.5 } } }")
-    center = ("transform { steps { resize { shorter_side: 20 } } "
-              "steps { center_crop { height: 8 width: 8 } } }")
+    flip = ("transform { " + step("RandomResizedCrop", size=(16, 12)) + " " +
+            step("RandomHorizontalFlip", p=0.5) + " }")
+    center = ("transform { " + step("Resize", size=20) + " " +
+              step("CenterCrop", size=8) + " }")
+    augment = ("transform { " + step("RandomResizedCrop", size=12,
+                                     interpolation="bicubic") + " " +
+               step("TrivialAugmentWide") + " " +
+               step("ColorJitter", brightness=0.4, hue=(-0.1, 0.1)) + " }")
     requests = {
         "basic": f'plan {{ dataset: "tiny" {flip} batch_size: 2 seed: 1 '
                  f'world_size: 1 shuffle: true }}',
         "range": f'plan {{ dataset: "tiny" {center} batch_size: 3 seed: 9 '
                  f'epoch: 4 world_size: 1 }} start_batch: 1 end_batch: 2',
+        "augment": f'plan {{ dataset: "tiny" {augment} batch_size: 2 seed: 3 '
+                   f'world_size: 1 }}',
         "fail_policy": f'plan {{ dataset: "tiny" {center} batch_size: 8 '
                        f'world_size: 1 }} bad_sample_policy: '
                        f'BAD_SAMPLE_POLICY_FAIL',
@@ -309,11 +339,11 @@ def data_service_corpus():
                        f'"0123456789abcdef"',
         "unknown_dataset": f'plan {{ dataset: "imagenet" {flip} '
                            f'batch_size: 1 world_size: 1 }}',
-        "too_large": 'plan { dataset: "tiny" transform { steps { center_crop '
-                     '{ height: 512 width: 512 } } } batch_size: 4 '
+        "too_large": 'plan { dataset: "tiny" transform { ' +
+                     step("CenterCrop", size=512) + ' } batch_size: 4 '
                      'world_size: 1 }',
-        "over_budget": 'plan { dataset: "tiny" transform { steps { '
-                       'center_crop { height: 480 width: 480 } } } '
+        "over_budget": 'plan { dataset: "tiny" transform { ' +
+                       step("CenterCrop", size=480) + ' } '
                        'batch_size: 1 world_size: 1 }',
         "bad_range": f'plan {{ dataset: "tiny" {center} batch_size: 1 '
                      f'world_size: 1 }} start_batch: 5 end_batch: 3',

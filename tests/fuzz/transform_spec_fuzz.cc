@@ -1,13 +1,14 @@
-// Fuzz target for the transform pipeline text form (common/transform_spec.h).
+// Fuzz target for the transform pipeline text form (image/ops/transform.h).
 // The input is used twice: as text for ParseTransform, and as a serialized
 // v1::TransformPipeline, as a server receives it on the wire.
 //
 // Checked, beyond "no crash, no sanitizer report", as the header promises:
 // ParseTransform fails only with InvalidArgument and what it returns passes
-// ValidatePipeline and has an OutputSize; every valid pipeline (parsed or
-// from the wire) round-trips: ParseTransform(FormatTransform(p)) equals p,
-// and formatting that again gives the same text. FormatTransform never fails
-// on any pipeline, valid or not.
+// ValidatePipeline and has an OutputSize; every parsed pipeline round-trips:
+// ParseTransform(FormatTransform(p)) equals p; a valid wire pipeline (its
+// arguments in any order, defaults left out) formats as text that parses
+// and formats back to the same text. FormatTransform never fails on any
+// pipeline, valid or not; a valid pipeline can be planned.
 
 #include <cstddef>
 #include <cstdint>
@@ -17,17 +18,20 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/stoker.pb.h"
 #include "tests/fuzz/fuzz_check.h"
 
-namespace stoker::common {
+namespace stoker::image {
 namespace {
 
 using fuzz::FuzzCheck;
 
-void CheckRoundTrip(v1::TransformPipeline pipeline, absl::string_view origin) {
+// `exact`: the pipeline is canonical (as ParseTransform makes it), so the
+// round trip must give it back field for field.
+void CheckRoundTrip(v1::TransformPipeline pipeline, absl::string_view origin,
+                    bool exact) {
   // Unknown wire fields have no text form; they are not part of "equal".
   pipeline.DiscardUnknownFields();
   const std::string text = FormatTransform(pipeline);
@@ -36,7 +40,8 @@ void CheckRoundTrip(v1::TransformPipeline pipeline, absl::string_view origin) {
                                      text, "', which does not parse: ",
                                      again.status().ToString()));
   FuzzCheck(
-      google::protobuf::util::MessageDifferencer::Equals(pipeline, *again),
+      !exact ||
+          google::protobuf::util::MessageDifferencer::Equals(pipeline, *again),
       absl::StrCat("round trip of a pipeline ", origin, " through '", text,
                    "' changed it from {", pipeline.ShortDebugString(), "} to {",
                    again->ShortDebugString(), "}"));
@@ -55,7 +60,13 @@ void Run(const uint8_t* data, size_t size) {
                                        "that ValidatePipeline refuses: ",
                                        valid.ToString()));
     FuzzCheck(OutputSize(*parsed).ok(), "parsed pipeline has no OutputSize");
-    CheckRoundTrip(*parsed, "parsed from text");
+    CheckRoundTrip(*parsed, "parsed from text", /*exact=*/true);
+    absl::StatusOr<Transform> transform = Transform::Create(*parsed);
+    FuzzCheck(transform.ok(), "a parsed pipeline cannot be created");
+    const SamplePlan plan = transform->Plan(37, 23, size, /*trace=*/true);
+    FuzzCheck(plan.out_width() == transform->output_size().width &&
+                  plan.out_height() == transform->output_size().height,
+              "a plan's output size differs from the pipeline's");
   } else {
     FuzzCheck(absl::IsInvalidArgument(parsed.status()),
               absl::StrCat("ParseTransform failed with a code other than "
@@ -75,7 +86,7 @@ void Run(const uint8_t* data, size_t size) {
                   out->second >= 1 && out->second <= kMaxTransformSize,
               absl::StrCat("OutputSize ", out->first, "x", out->second,
                            " of a valid pipeline is out of range"));
-    CheckRoundTrip(wire, "from the wire");
+    CheckRoundTrip(wire, "from the wire", /*exact=*/false);
   } else {
     FuzzCheck(absl::IsInvalidArgument(valid),
               absl::StrCat("ValidatePipeline failed with a code other than "
@@ -85,9 +96,9 @@ void Run(const uint8_t* data, size_t size) {
 }
 
 }  // namespace
-}  // namespace stoker::common
+}  // namespace stoker::image
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  stoker::common::Run(data, size);
+  stoker::image::Run(data, size);
   return 0;
 }

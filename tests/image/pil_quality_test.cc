@@ -12,9 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/augment.h"
 #include "common/random.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 #include "gtest/gtest.h"
 #include "image/sample_processor.h"
 #include "tests/image/synthetic_image.h"
@@ -49,8 +48,9 @@ TEST(PilQualityTest, RandomResizedCropMatchesPilAbove35Db) {
   const std::string script = dir + "/pil_resize.py";
   std::ofstream(script) << kPilScript;
 
-  const auto pipeline =
-      *common::ParseTransform("RandomResizedCrop(224)|RandomHorizontalFlip()");
+  const auto transform = Transform::Create(
+      *ParseTransform("RandomResizedCrop(224)|RandomHorizontalFlip()"));
+  ASSERT_TRUE(transform.ok()) << transform.status();
   const int sizes[][2] = {{500, 375}, {375, 500}, {640, 480}, {317, 221},
                           {800, 600}, {1024, 683}};
   SampleProcessor processor(SampleProcessorOptions{});
@@ -62,12 +62,15 @@ TEST(PilQualityTest, RandomResizedCropMatchesPilAbove35Db) {
         testing::EncodeJpeg(testing::PhotoLikeImage(w, h, 100 + i));
     const std::string src = absl::StrCat(dir, "/img", i, ".jpg");
     std::ofstream(src, std::ios::binary) << jpeg;
-    const common::SampleGeometry g =
-        common::PlanSample(pipeline, w, h, common::SampleKey(5, 0, i));
+    const SamplePlan plan =
+        transform->Plan(w, h, common::SampleKey(5, 0, i));
+    ASSERT_TRUE(plan.steps.empty());
+    const ::stoker::testing::SampleGeometry g =
+        ::stoker::testing::GeometryOf(plan.source_warp);
 
     std::vector<uint8_t> ours(224 * 224 * 3);
     SampleTimings timings;
-    ASSERT_TRUE(processor.Process(jpeg, true, g, ours.data(), &timings).ok());
+    ASSERT_TRUE(processor.Process(jpeg, true, plan, ours.data(), &timings).ok());
 
     const std::string out = absl::StrCat(dir, "/pil", i, ".rgb");
     const std::string command = absl::StrFormat(

@@ -14,8 +14,8 @@
 #include <opencv2/imgproc.hpp>
 
 #include "absl/status/status.h"
-#include "common/geometry.h"
 #include "gtest/gtest.h"
+#include "image/plan.h"
 #include "tests/image/hostile_image.h"
 #include "tests/image/reference_resample.h"
 #include "tests/image/synthetic_image.h"
@@ -23,10 +23,101 @@
 namespace stoker::image {
 namespace {
 
-using common::SampleGeometry;
 using testing::MaxAbsDiff;
 using testing::Psnr;
 using testing::ReferenceResample;
+
+struct Box {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  double width() const { return x1 - x0; }
+  double height() const { return y1 - y0; }
+};
+
+// A box of the source resized to the output, mirrored when
+// flip_horizontal: what RandomResizedCrop | RandomHorizontalFlip plans.
+struct SampleGeometry {
+  Box source;
+  int out_width = 0;
+  int out_height = 0;
+  bool flip_horizontal = false;
+};
+
+// The warp of a geometry, as the plan builder folds it.
+WarpStep WarpOf(const SampleGeometry& g) {
+  WarpStep w;
+  w.out_width = g.out_width;
+  w.out_height = g.out_height;
+  const double sx = g.source.width() / g.out_width;
+  w.to_input.a = g.flip_horizontal ? -sx : sx;
+  w.to_input.c = g.flip_horizontal ? g.source.x0 + sx * g.out_width
+                                   : g.source.x0;
+  w.to_input.e = g.source.height() / g.out_height;
+  w.to_input.f = g.source.y0;
+  return w;
+}
+
+SampleGeometry MakeGeometry(double x0, double y0, double x1, double y1, int w,
+                            int h) {
+  SampleGeometry g;
+  g.source = {x0, y0, x1, y1};
+  g.out_width = w;
+  g.out_height = h;
+  return g;
+}
+
+SamplePlan PlanOf(const SampleGeometry& g) {
+  SamplePlan plan;
+  plan.source_warp = WarpOf(g);
+  return plan;
+}
+
+// torchvision's rotate(angle) of a w x h image about its centre (inverse
+// map).
+Affine Rotation(double degrees, double w, double h) {
+  const double r = degrees * M_PI / 180;
+  Affine m;
+  m.a = std::cos(r);
+  m.b = -std::sin(r);
+  m.d = std::sin(r);
+  m.e = std::cos(r);
+  m.c = w / 2 - m.a * w / 2 - m.b * h / 2;
+  m.f = h / 2 - m.d * w / 2 - m.e * h / 2;
+  return m;
+}
+
+// Test pixel kernels.
+void Invert(const PixelArgs&, const ImageView& image) {
+  for (int y = 0; y < image.height; ++y) {
+    uint8_t* row = image.data + y * image.stride;
+    for (int i = 0; i < 3 * image.width; ++i) row[i] = 255 - row[i];
+  }
+}
+void AddConstant(const PixelArgs& args, const ImageView& image) {
+  for (int y = 0; y < image.height; ++y) {
+    uint8_t* row = image.data + y * image.stride;
+    for (int i = 0; i < 3 * image.width; ++i) {
+      row[i] = static_cast<uint8_t>(
+          std::clamp(row[i] + static_cast<int>(args[0]), 0, 255));
+    }
+  }
+}
+const PixelKernel kInvert{"invert", 0, Invert};
+const PixelKernel kAddConstant{"add_constant", 1, AddConstant};
+
+PlanStep PixelStepOf(const PixelKernel& kernel, double arg = 0) {
+  PlanStep step;
+  step.kind = PlanStep::Kind::kPixel;
+  step.pixel.kernel = &kernel;
+  step.pixel.args = {arg, 0, 0, 0};
+  return step;
+}
+
+PlanStep WarpStepOf(const WarpStep& warp) {
+  PlanStep step;
+  step.kind = PlanStep::Kind::kWarp;
+  step.warp = warp;
+  return step;
+}
 
 cv::Mat OpenCvRgb(const std::string& bytes) {
   const cv::Mat raw(1, static_cast<int>(bytes.size()), CV_8UC1,
@@ -97,12 +188,16 @@ class SampleProcessorTest : public ::testing::Test {
   }
 
   std::vector<uint8_t> Run(SampleProcessor& processor, const std::string& bytes,
-                           bool is_jpeg, const SampleGeometry& g) {
-    std::vector<uint8_t> out(3 * g.out_width * g.out_height);
+                           bool is_jpeg, const SamplePlan& plan) {
+    std::vector<uint8_t> out(3 * plan.out_width() * plan.out_height());
     const absl::Status status =
-        processor.Process(bytes, is_jpeg, g, out.data(), nullptr);
+        processor.Process(bytes, is_jpeg, plan, out.data(), nullptr);
     EXPECT_TRUE(status.ok()) << status;
     return out;
+  }
+  std::vector<uint8_t> Run(SampleProcessor& processor, const std::string& bytes,
+                           bool is_jpeg, const SampleGeometry& g) {
+    return Run(processor, bytes, is_jpeg, PlanOf(g));
   }
 };
 
@@ -240,17 +335,17 @@ TEST_F(SampleProcessorTest, CorruptOrTruncatedDataIsDataLoss) {
   for (bool dct : {false, true}) {
     SampleProcessor p(Options(dct, true));
     EXPECT_TRUE(absl::IsDataLoss(
-        p.Process(jpeg.substr(0, jpeg.size() / 2), true, g, out.data(), nullptr)));
+        p.Process(jpeg.substr(0, jpeg.size() / 2), true, PlanOf(g), out.data(), nullptr)));
   }
   EXPECT_TRUE(absl::IsDataLoss(
-      processor.Process("definitely not an image", true, g, out.data(), nullptr)));
+      processor.Process("definitely not an image", true, PlanOf(g), out.data(), nullptr)));
   EXPECT_TRUE(absl::IsDataLoss(
-      processor.Process("definitely not an image", false, g, out.data(), nullptr)));
-  EXPECT_TRUE(absl::IsDataLoss(processor.Process("", true, g, out.data(), nullptr)));
+      processor.Process("definitely not an image", false, PlanOf(g), out.data(), nullptr)));
+  EXPECT_TRUE(absl::IsDataLoss(processor.Process("", true, PlanOf(g), out.data(), nullptr)));
   std::string corrupt = jpeg.substr(0, 600) + std::string(3000, '\x55');
-  EXPECT_TRUE(absl::IsDataLoss(processor.Process(corrupt, true, g, out.data(), nullptr)));
+  EXPECT_TRUE(absl::IsDataLoss(processor.Process(corrupt, true, PlanOf(g), out.data(), nullptr)));
   // Still works afterwards.
-  EXPECT_TRUE(processor.Process(jpeg, true, g, out.data(), nullptr).ok());
+  EXPECT_TRUE(processor.Process(jpeg, true, PlanOf(g), out.data(), nullptr).ok());
 }
 
 TEST_F(SampleProcessorTest, BadGeometryIsInvalidArgument) {
@@ -258,34 +353,218 @@ TEST_F(SampleProcessorTest, BadGeometryIsInvalidArgument) {
   const std::string jpeg = testing::EncodeJpeg(testing::PhotoLikeImage(500, 375, 3));
   const std::string png = testing::EncodePng(testing::PhotoLikeImage(50, 40, 3));
   std::vector<uint8_t> out(3 * 224 * 224);
-  auto geometry = [](double x0, double y0, double x1, double y1, int w, int h) {
-    SampleGeometry g;
-    g.source = {x0, y0, x1, y1};
-    g.out_width = w;
-    g.out_height = h;
-    return g;
-  };
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Malformed (empty box, NaN, bad sizes, absurd coordinates) or not
+  // fitting this image (no output pixel maps inside it).
   for (const SampleGeometry& g :
-       {geometry(0, 0, 501, 375, 224, 224), geometry(0, 0, 500, 376, 224, 224),
-        geometry(-1, 0, 100, 100, 224, 224), geometry(10, 10, 10, 100, 224, 224),
-        geometry(600, 400, 700, 500, 224, 224), geometry(500, 0, 501, 10, 2, 2),
-        geometry(nan, 0, 100, 100, 224, 224), geometry(0, 0, 100, 100, 0, 224),
-        geometry(0, 0, 100, 100, 224, -3), geometry(0, 0, 1e300, 100, 224, 224)}) {
+       {MakeGeometry(10, 10, 10, 100, 224, 224),
+        MakeGeometry(600, 400, 700, 500, 224, 224), MakeGeometry(500, 0, 501, 10, 2, 2),
+        MakeGeometry(-300, 0, -1, 100, 224, 224),
+        MakeGeometry(nan, 0, 100, 100, 224, 224), MakeGeometry(0, 0, 100, 100, 0, 224),
+        MakeGeometry(0, 0, 100, 100, 224, -3), MakeGeometry(0, 0, 1e300, 100, 224, 224)}) {
     EXPECT_TRUE(absl::IsInvalidArgument(
-        processor.Process(jpeg, true, g, out.data(), nullptr)))
+        processor.Process(jpeg, true, PlanOf(g), out.data(), nullptr)))
         << g.source.x0 << " " << g.source.y0 << " " << g.source.x1 << " "
         << g.source.y1 << " " << g.out_width << "x" << g.out_height;
   }
   EXPECT_TRUE(absl::IsInvalidArgument(processor.Process(
-      png, false, geometry(0, 0, 51, 40, 10, 10), out.data(), nullptr)));
+      png, false, PlanOf(MakeGeometry(50, 0, 51, 40, 10, 10)), out.data(),
+      nullptr)));
   EXPECT_TRUE(absl::IsInvalidArgument(processor.Process(
-      jpeg, true, geometry(0, 0, 10, 10, 10, 10), nullptr, nullptr)));
+      jpeg, true, PlanOf(MakeGeometry(0, 0, 10, 10, 10, 10)), nullptr, nullptr)));
   // A box edge a hair past the image (floating-point noise) is accepted.
   EXPECT_TRUE(processor
-                  .Process(jpeg, true, geometry(0, 0, 500 + 1e-9, 375, 224, 224),
+                  .Process(jpeg, true,
+                           PlanOf(MakeGeometry(0, 0, 500 + 1e-9, 375, 224, 224)),
                            out.data(), nullptr)
                   .ok());
+  // A pixel step without a kernel, a later warp that is invalid.
+  SamplePlan plan = PlanOf(MakeGeometry(0, 0, 100, 100, 224, 224));
+  plan.steps.push_back(PlanStep{});
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      processor.Process(jpeg, true, plan, out.data(), nullptr)));
+  plan = PlanOf(MakeGeometry(0, 0, 100, 100, 224, 224));
+  WarpStep bad = WarpOf(MakeGeometry(0, 0, 224, 224, 0, 224));
+  plan.steps.push_back(WarpStepOf(bad));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      processor.Process(jpeg, true, plan, out.data(), nullptr)));
+}
+
+// A plan may read outside the image (padding, translation, rotation):
+// those output pixels get the fill colour; partial decoding stays exact.
+TEST_F(SampleProcessorTest, PlanReadingOutsideTheImageGetsFill) {
+  const std::string jpeg =
+      testing::EncodeJpeg(testing::PhotoLikeImage(500, 375, 31));
+  const cv::Mat full = OpenCvRgb(jpeg);
+  SampleProcessor processor(Options(/*dct=*/false, /*partial=*/true));
+  Warper warper;
+  std::vector<SamplePlan> plans;
+  {
+    // RandomCrop(224, padding=40): whole-pixel crop reaching into padding.
+    SamplePlan plan;
+    plan.source_warp.to_input = Affine{1, 0, -40, 0, 1, 300};
+    plan.source_warp.out_width = plan.source_warp.out_height = 224;
+    plan.source_warp.interpolation = Interpolation::kNearest;
+    plan.source_warp.antialias = false;
+    plan.source_warp.fill = {10, 20, 30};
+    plans.push_back(plan);
+    // A box 1 pixel wider than the image (resized: the last column's
+    // centre still lies inside).
+    plans.push_back(PlanOf(MakeGeometry(0, 0, 501, 375, 224, 224)));
+    // RandomRotation(30) of the whole image.
+    plan.source_warp.to_input = Rotation(30, 500, 375);
+    plan.source_warp.out_width = 500;
+    plan.source_warp.out_height = 375;
+    plan.source_warp.interpolation = Interpolation::kBilinear;
+    plans.push_back(plan);
+  }
+  for (const SamplePlan& plan : plans) {
+    std::vector<uint8_t> want(3 * plan.out_width() * plan.out_height());
+    ASSERT_TRUE(warper
+                    .Warp(plan.source_warp,
+                          WholeImage(full.data, full.cols, full.rows,
+                                     static_cast<int>(full.step)),
+                          want.data(), 3 * plan.out_width())
+                    .ok());
+    EXPECT_EQ(Run(processor, jpeg, true, plan), want);
+  }
+  const std::vector<uint8_t> padded = Run(processor, jpeg, true, plans[0]);
+  EXPECT_EQ(padded[0], 10);
+  EXPECT_EQ(padded[1], 20);
+  EXPECT_EQ(padded[2], 30);
+}
+
+// Pixel steps run in place between warps, in order; the last warp lands in
+// dst. The same chain done by hand on a full decode gives the same bytes.
+TEST_F(SampleProcessorTest, RunsPixelAndWarpStepsInOrder) {
+  const std::string jpeg =
+      testing::EncodeJpeg(testing::PhotoLikeImage(640, 480, 32));
+  const cv::Mat full = OpenCvRgb(jpeg);
+  SampleGeometry g;
+  g.source = {40, 30, 600, 450};
+  g.out_width = 256;
+  g.out_height = 192;
+  g.flip_horizontal = true;
+  WarpStep rotate;
+  rotate.to_input = Rotation(-20, 256, 192);
+  rotate.out_width = 256;
+  rotate.out_height = 192;
+  rotate.antialias = false;
+  rotate.fill = {0, 255, 0};
+  WarpStep crop;  // CenterCrop(160, 128)
+  crop.to_input = Affine{1, 0, 48, 0, 1, 32};
+  crop.out_width = 160;
+  crop.out_height = 128;
+  crop.interpolation = Interpolation::kNearest;
+  crop.antialias = false;
+
+  std::vector<SamplePlan> plans(3);
+  plans[0].source_warp = WarpOf(g);
+  plans[0].steps = {PixelStepOf(kInvert), WarpStepOf(rotate),
+                    PixelStepOf(kAddConstant, 40), WarpStepOf(crop),
+                    PixelStepOf(kAddConstant, -7)};
+  // Ending in a warp, and pixel steps only.
+  plans[1].source_warp = WarpOf(g);
+  plans[1].steps = {PixelStepOf(kAddConstant, 3), WarpStepOf(rotate),
+                    WarpStepOf(crop)};
+  plans[2].source_warp = WarpOf(g);
+  plans[2].steps = {PixelStepOf(kInvert), PixelStepOf(kAddConstant, 9)};
+
+  Warper warper;
+  for (int dct = 0; dct < 2; ++dct) {
+    SampleProcessor processor(Options(dct == 1, /*partial=*/true));
+    SampleProcessor whole(Options(dct == 1, /*partial=*/false));
+    for (size_t p = 0; p < plans.size(); ++p) {
+      const SamplePlan& plan = plans[p];
+      // By hand (exact only without DCT scaling).
+      std::vector<uint8_t> image(3 * g.out_width * g.out_height);
+      ASSERT_TRUE(warper
+                      .Warp(plan.source_warp,
+                            WholeImage(full.data, full.cols, full.rows,
+                                       static_cast<int>(full.step)),
+                            image.data(), 3 * g.out_width)
+                      .ok());
+      int w = g.out_width, h = g.out_height;
+      for (const PlanStep& step : plan.steps) {
+        if (step.kind == PlanStep::Kind::kPixel) {
+          step.pixel.kernel->apply(step.pixel.args,
+                                   ImageView{image.data(), w, h, 3 * w});
+          continue;
+        }
+        std::vector<uint8_t> next(3 * step.warp.out_width *
+                                  step.warp.out_height);
+        ASSERT_TRUE(warper
+                        .Warp(step.warp,
+                              WholeImage(image.data(), w, h, 3 * w),
+                              next.data(), 3 * step.warp.out_width)
+                        .ok());
+        image.swap(next);
+        w = step.warp.out_width;
+        h = step.warp.out_height;
+      }
+      ASSERT_EQ(w, plan.out_width());
+      ASSERT_EQ(h, plan.out_height());
+      std::vector<uint8_t> out(image.size() + 16, 0xA5);
+      SampleTimings timings;
+      ASSERT_TRUE(
+          processor.Process(jpeg, true, plan, out.data(), &timings).ok());
+      for (size_t i = image.size(); i < out.size(); ++i) {
+        ASSERT_EQ(out[i], 0xA5) << "past the end, plan " << p;
+      }
+      out.resize(image.size());
+      if (dct == 0) {
+        EXPECT_EQ(out, image) << "plan " << p;
+      } else {
+        EXPECT_GE(Psnr(out, image), 35.0) << "plan " << p;
+      }
+      EXPECT_EQ(out, Run(whole, jpeg, true, plan)) << "plan " << p;
+      EXPECT_GT(timings.transform_ns, 0);
+    }
+  }
+}
+
+// A rotation folded with a crop: partial decoding (with or without DCT
+// scaling) reads every pixel the warp needs.
+TEST_F(SampleProcessorTest, RotatedPlansPartialDecodeMatchesFullDecode) {
+  const std::string jpeg =
+      testing::EncodeJpeg(testing::PhotoLikeImage(1024, 768, 33));
+  Random random(34);
+  for (int dct = 0; dct < 2; ++dct) {
+    SampleProcessor partial(Options(dct == 1, true));
+    SampleProcessor whole(Options(dct == 1, false));
+    for (int i = 0; i < 8; ++i) {
+      const SampleGeometry g =
+          RandomGeometry(1024, 768, 224, 224, i % 2 == 1, 0.08, &random);
+      SamplePlan plan = PlanOf(g);
+      const Affine rotation = Rotation(random.Uniform(-45, 45), 224, 224);
+      plan.source_warp.to_input = plan.source_warp.to_input.After(rotation);
+      plan.source_warp.clips.push_back({rotation, 224, 224});
+      plan.source_warp.interpolation =
+          i % 3 == 0 ? Interpolation::kBicubic : Interpolation::kBilinear;
+      EXPECT_EQ(Run(partial, jpeg, true, plan), Run(whole, jpeg, true, plan))
+          << "case " << i << " dct " << dct;
+    }
+  }
+}
+
+// Intermediate images over 64 MiB are not kept after the sample.
+TEST_F(SampleProcessorTest, LargeIntermediatesAreNotKept) {
+  const std::string jpeg =
+      testing::EncodeJpeg(testing::PhotoLikeImage(320, 240, 35));
+  SamplePlan plan = PlanOf(SampleGeometry{{0, 0, 320, 240}, 5000, 5000, false});
+  WarpStep copy;
+  copy.out_width = copy.out_height = 5000;
+  plan.steps = {PixelStepOf(kInvert), WarpStepOf(copy)};
+  SampleProcessor processor;
+  std::vector<uint8_t> out(3 * 5000 * 5000);
+  ASSERT_TRUE(processor.Process(jpeg, true, plan, out.data(), nullptr).ok());
+  EXPECT_LT(processor.kept_buffer_bytes(), int64_t{64} << 20);
+  ASSERT_TRUE(
+      processor.Process(jpeg, true, PlanOf(SampleGeometry{{0, 0, 320, 240},
+                                                          224, 224, false}),
+                        out.data(), nullptr)
+          .ok());
+  EXPECT_GT(processor.kept_buffer_bytes(), 0);
 }
 
 TEST_F(SampleProcessorTest, WritesExactlyTheOutputAndReportsTimings) {
@@ -299,7 +578,8 @@ TEST_F(SampleProcessorTest, WritesExactlyTheOutputAndReportsTimings) {
   const size_t bytes = 3 * 97 * 61;
   std::vector<uint8_t> out(bytes + 64, 0xA5);
   SampleTimings timings;
-  ASSERT_TRUE(processor.Process(jpeg, true, g, out.data(), &timings).ok());
+  ASSERT_TRUE(
+      processor.Process(jpeg, true, PlanOf(g), out.data(), &timings).ok());
   for (size_t i = bytes; i < out.size(); ++i) ASSERT_EQ(out[i], 0xA5) << i;
   EXPECT_GT(timings.decode_ns, 0);
   EXPECT_GT(timings.transform_ns, 0);
@@ -353,7 +633,7 @@ TEST_F(SampleProcessorTest, DecompressionBombsAreRefusedBeforeDecoding) {
     for (const SampleGeometry& g : {ResizeCenterCrop(bomb.width, bomb.height),
                                     MiddleCrop(bomb.width, bomb.height)}) {
       const absl::Status status =
-          processor.Process(bomb.bytes, true, g, out.data(), nullptr);
+          processor.Process(bomb.bytes, true, PlanOf(g), out.data(), nullptr);
       EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
     }
   }
@@ -372,9 +652,10 @@ TEST_F(SampleProcessorTest, PixelLimitIsAnOption) {
   g.source = {0, 0, 80, 80};
   g.out_width = 32;
   g.out_height = 32;
-  EXPECT_TRUE(processor.Process(fits, false, g, out.data(), nullptr).ok());
+  EXPECT_TRUE(
+      processor.Process(fits, false, PlanOf(g), out.data(), nullptr).ok());
   EXPECT_TRUE(absl::IsResourceExhausted(
-      processor.Process(over, true, g, out.data(), nullptr)));
+      processor.Process(over, true, PlanOf(g), out.data(), nullptr)));
 }
 
 // Random bytes after 30% of the scan, end marker kept: was delivered as a
@@ -387,7 +668,7 @@ TEST_F(SampleProcessorTest, CorruptEntropyDataIsDataLoss) {
     const std::string corrupt = testing::CorruptJpegScan(jpeg, 0.3, seed);
     for (const SampleGeometry& g : {ResizeCenterCrop(500, 375), MiddleCrop(500, 375)}) {
       const absl::Status status =
-          processor.Process(corrupt, true, g, out.data(), nullptr);
+          processor.Process(corrupt, true, PlanOf(g), out.data(), nullptr);
       EXPECT_TRUE(absl::IsDataLoss(status)) << "seed " << seed << ": " << status;
     }
   }
@@ -416,14 +697,16 @@ TEST_F(SampleProcessorTest, OtherFormatsDecodeOrAreRefused) {
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->width, 90);
     EXPECT_EQ(info->height, 70);
-    ASSERT_TRUE(processor.Process(bytes, false, g, out.data(), nullptr).ok());
+    ASSERT_TRUE(
+        processor.Process(bytes, false, PlanOf(g), out.data(), nullptr).ok());
     EXPECT_EQ(0, std::memcmp(out.data(), rgb.data, out.size()));
   }
   std::vector<uint8_t> tiff;
   ASSERT_TRUE(cv::imencode(".tiff", bgr, tiff));
   const std::string bytes(tiff.begin(), tiff.end());
   EXPECT_TRUE(absl::IsDataLoss(processor.ReadInfo(bytes, false).status()));
-  EXPECT_TRUE(absl::IsDataLoss(processor.Process(bytes, false, g, out.data(), nullptr)));
+  EXPECT_TRUE(absl::IsDataLoss(
+      processor.Process(bytes, false, PlanOf(g), out.data(), nullptr)));
 }
 
 }  // namespace

@@ -124,6 +124,29 @@ class LoaderGpuTest(unittest.TestCase):
             self.assertTrue(torch.equal(a.cpu(), c))
             self.assertTrue(torch.equal(b.cpu(), d))
 
+    def test_batch_augmentations_on_cuda_equal_the_cpu_path(self):
+        # Random erasing (noise) and MixUp / CutMix run as kernels on the
+        # current stream; they must give the host's bytes and soft labels.
+        for dtype, channels_last in ((torch.float32, False),
+                                     (torch.bfloat16, True)):
+            with self.subTest(dtype=dtype, channels_last=channels_last):
+                kwargs = dict(dtype=dtype, channels_last=channels_last,
+                              random_erasing=dict(p=0.5, value="random"),
+                              mixup_alpha=0.8, cutmix_alpha=1.0,
+                              label_smoothing=0.1, num_classes=1000)
+                reference = cpu_reference(**kwargs)
+                loader = make_loader(device="cuda:0", **kwargs)
+                got = []
+                for images, labels in loader:
+                    self.assertEqual(labels.device, torch.device("cuda:0"))
+                    self.assertEqual(labels.dtype, torch.float32)
+                    self.assertEqual(labels.shape[1], 1000)
+                    got.append((images.cpu(), labels.cpu()))
+                self.assertEqual(len(got), len(reference))
+                for (a, b), (c, d) in zip(got, reference):
+                    self.assertTrue(torch.equal(a, c))
+                    self.assertTrue(torch.equal(b, d))
+
     def test_state_dict_round_trip_on_cuda(self):
         reference = [y.cpu() for _, y in make_loader(device="cuda")]
         first = make_loader(device="cuda")

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/batch_ops.h"
 #include "client/convert.h"
 #include "client/cursor.h"
 #include "client/device_loader.h"
@@ -257,6 +258,37 @@ TEST_F(PipelineTest, BatchesOutliveThePipeline) {
   for (size_t i = 0; i < batch->data_bytes(); ++i) sum += pixels[i];
   EXPECT_GT(sum, 0);
   EXPECT_EQ(batch->data_bytes(), size_t{kBatch} * 32 * 32 * 3);
+}
+
+TEST_F(PipelineTest, BatchOpsAreKeyedByTheLoadersSeedAndRank) {
+  PipelineOptions options = Options();
+  options.loader.seed = 77;
+  options.loader.rank = 1;
+  options.loader.world_size = 2;
+  options.device.apply_batch_ops = false;
+  // Left at 0 / 0: the pipeline takes the loader's.
+  options.device.batch_ops.erasing.probability = 0.5;
+  options.device.batch_ops.mix.mixup_alpha = 0.8;
+  options.device.batch_ops.mix.cutmix_alpha = 1.0;
+  options.device.batch_ops.mix.num_classes = 1 << 20;
+  std::unique_ptr<Pipeline> pipeline = Make(options);
+  ASSERT_NE(pipeline, nullptr);
+  ASSERT_TRUE(pipeline->Start(EpochStart(*pipeline, 3)).ok());
+  absl::StatusOr<DeviceBatch> batch = Take(*pipeline);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  BatchOpsOptions keyed = options.device.batch_ops;
+  keyed.seed = 77;
+  keyed.rank = 1;
+  absl::StatusOr<BatchOpsParams> want = DrawBatchOps(keyed, batch->info());
+  ASSERT_TRUE(want.ok()) << want.status();
+  const BatchOpsParams& got = batch->batch_ops();
+  EXPECT_EQ(got.mix.mode, want->mix.mode);
+  EXPECT_EQ(got.mix.lambda, want->mix.lambda);
+  ASSERT_EQ(got.erase.size(), want->erase.size());
+  for (size_t i = 0; i < got.erase.size(); ++i) {
+    EXPECT_EQ(got.erase[i].noise_key, want->erase[i].noise_key);
+    EXPECT_EQ(got.erase[i].top, want->erase[i].top);
+  }
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/checksum.h"
-#include "common/transform_spec.h"
+#include "image/ops/transform.h"
 #include "server/dataset.h"
 
 namespace stoker::testing {
@@ -118,7 +118,7 @@ client::LoaderOptions TestLoaderOptions(std::vector<client::ServerSpec> servers,
   client::LoaderOptions options;
   options.servers = std::move(servers);
   options.dataset = dataset;
-  options.transform = *common::ParseTransform(
+  options.transform = *image::ParseTransform(
       absl::StrCat("RandomResizedCrop(", size, ")|RandomHorizontalFlip()"));
   options.batch_size = batch_size;
   options.seed = 42;

@@ -61,7 +61,7 @@ absl::StatusOr<RgbImage> DecodeRgb(const std::string& bytes) {
 }
 
 RgbImage ReferenceTransform(const RgbImage& image,
-                            const common::SampleGeometry& g) {
+                            const SampleGeometry& g) {
   const auto cx = Coefficients(image.width, g.source.x0, g.source.x1,
                                g.out_width);
   const auto cy = Coefficients(image.height, g.source.y0, g.source.y1,
@@ -120,6 +120,32 @@ double Psnr(const uint8_t* a, const uint8_t* b, size_t size) {
   if (se == 0) return 99.0;
   double mse = se / size;
   return 10.0 * std::log10(255.0 * 255.0 / mse);
+}
+
+SampleGeometry GeometryOf(const image::WarpStep& warp) {
+  const image::Affine& m = warp.to_input;
+  SampleGeometry g;
+  g.out_width = warp.out_width;
+  g.out_height = warp.out_height;
+  g.flip_horizontal = m.a < 0;
+  const double x_end = m.c + m.a * warp.out_width;
+  g.source.x0 = std::min(m.c, x_end);
+  g.source.x1 = std::max(m.c, x_end);
+  g.source.y0 = m.f;
+  g.source.y1 = m.f + m.e * warp.out_height;
+  return g;
+}
+
+image::WarpStep WarpOf(const SampleGeometry& g) {
+  image::WarpStep w;
+  w.out_width = g.out_width;
+  w.out_height = g.out_height;
+  const double sx = g.source.width() / g.out_width;
+  w.to_input.a = g.flip_horizontal ? -sx : sx;
+  w.to_input.c = g.flip_horizontal ? g.source.x1 : g.source.x0;
+  w.to_input.e = g.source.height() / g.out_height;
+  w.to_input.f = g.source.y0;
+  return w;
 }
 
 }  // namespace stoker::testing

@@ -15,8 +15,10 @@
 
 Every batch is converted straight into new tensors that the caller owns:
 `images` is (N, 3, H, W) with channels-last strides when
-channels_last=True, `labels` is int64 (N,). See
-`Loader` for epochs, ranks, checkpointing (state_dict) and statistics.
+channels_last=True, `labels` is int64 (N,) (float32 (N, num_classes) soft
+targets with mixup_alpha / cutmix_alpha). See `Loader` for epochs, ranks,
+checkpointing (state_dict), batch augmentations (random_erasing, MixUp,
+CutMix) and statistics.
 
 Errors are `StokerError` (a RuntimeError) subclasses that carry the status
 code name in `.code`:

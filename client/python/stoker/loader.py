@@ -115,6 +115,91 @@ def _channels_arg(name, values):
     return values
 
 
+def _real_arg(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _invalid(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise _invalid(f"{name} must be finite, got {value}")
+    return value
+
+
+def _probability_arg(name, value):
+    value = _real_arg(name, value)
+    if not 0 <= value <= 1:
+        raise _invalid(f"{name} must be a probability in [0, 1], got {value}")
+    return value
+
+
+def _range_arg(name, value, low_ok, what):
+    """A (min, max) pair of finite numbers with min <= max and
+    low_ok(min)."""
+    try:
+        pair = [float(v) for v in value]
+    except (TypeError, ValueError):
+        pair = None
+    if (pair is None or len(pair) != 2
+            or not all(math.isfinite(v) for v in pair)
+            or not low_ok(pair[0]) or pair[0] > pair[1]):
+        raise _invalid(f"{name} must be a (min, max) pair with {what}, got "
+                       f"{value!r}")
+    return pair
+
+
+# torchvision.transforms.RandomErasing's defaults.
+_ERASING_DEFAULTS = {"p": 0.5, "scale": (0.02, 0.33), "ratio": (0.3, 3.3),
+                     "value": 0}
+
+
+def _random_erasing_arg(value):
+    """random_erasing -> dict(p, scale, ratio, value, random); p == 0: off."""
+    if value is None:
+        config = dict(_ERASING_DEFAULTS, p=0.0)
+    elif isinstance(value, dict):
+        unknown = set(value) - set(_ERASING_DEFAULTS)
+        if unknown:
+            raise _invalid(f"random_erasing has unknown keys {sorted(unknown)}; "
+                           "use p, scale, ratio and value (as "
+                           "torchvision.transforms.RandomErasing)")
+        config = dict(_ERASING_DEFAULTS, **value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        config = dict(_ERASING_DEFAULTS, p=value)
+    else:
+        raise _invalid("random_erasing must be a probability p, or a dict "
+                       "with p, scale, ratio and value (as "
+                       f"torchvision.transforms.RandomErasing), got {value!r}")
+    p = _probability_arg("random_erasing p", config["p"])
+    scale = _range_arg("random_erasing scale", config["scale"],
+                       lambda v: v >= 0, "0 <= min <= max <= 1")
+    if scale[1] > 1:
+        raise _invalid("random_erasing scale must be a (min, max) pair with "
+                       f"0 <= min <= max <= 1, got {config['scale']!r}")
+    ratio = _range_arg("random_erasing ratio", config["ratio"],
+                       lambda v: v > 0, "0 < min <= max")
+    fill = config["value"]
+    random = isinstance(fill, str)
+    if random:
+        if fill != "random":
+            raise _invalid("random_erasing value must be a number, 3 numbers "
+                           f"(R, G, B) or 'random', got {fill!r}")
+        fill = [0.0, 0.0, 0.0]
+    elif isinstance(fill, numbers.Real) and not isinstance(fill, bool):
+        fill = [float(fill)] * 3
+    else:
+        try:
+            fill = [float(v) for v in fill]
+        except (TypeError, ValueError):
+            fill = None
+        if fill is not None and len(fill) == 1:
+            fill = fill * 3
+        if fill is None or len(fill) != 3:
+            raise _invalid("random_erasing value must be a number, 3 numbers "
+                           f"(R, G, B) or 'random', got {config['value']!r}")
+    if not all(math.isfinite(v) for v in fill):
+        raise _invalid(f"random_erasing value must be finite, got {fill!r}")
+    return dict(p=p, scale=scale, ratio=ratio, value=fill, random=random)
+
+
 def _distributed_defaults():
     """(rank, world_size) of torch.distributed if initialized, else of the
     RANK / WORLD_SIZE environment variables, else (0, 1)."""
@@ -140,7 +225,8 @@ class Loader:
 
     Iterating yields ``(images, labels)`` for one epoch of this rank's share
     of the dataset: ``images`` of shape (N, 3, H, W) and the chosen dtype on
-    the chosen device, ``labels`` int64 of shape (N,) on the same device.
+    the chosen device, ``labels`` int64 of shape (N,) on the same device
+    (float32 (N, num_classes) soft targets with MixUp / CutMix).
     Every yielded tensor is the caller's own, allocated by torch (on CUDA
     through its caching allocator): keep as many as you like, e.g.
     ``list(loader)``; they cost only their memory.
@@ -216,6 +302,40 @@ class Loader:
         from pinned memory while you compute); >= 2 to overlap the copy
         with your step. Not a limit on the batches you keep.
       pinned_slots: host buffers for received batches; 0 means prefetch + 2.
+      random_erasing: torchvision.transforms.RandomErasing per sample, on
+        the normalized tensor (float dtypes only): a probability p (with
+        torchvision's scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0), or a
+        dict with any of p (default 0.5), scale, ratio and value. value is
+        in normalized units (0 is the channel mean): a number, 3 numbers
+        (R, G, B) or "random" (per-element standard normal noise). Same
+        get_params algorithm as torchvision (10 tries, then no erasing).
+        None or 0 (default): off.
+      mixup_alpha, cutmix_alpha: MixUp / CutMix per batch, like timm's Mixup
+        (mode "batch"): lambda ~ Beta(alpha, alpha); sample i is mixed with
+        sample N-1-i (the batch flipped, as timm does; torchvision's v2
+        uses a roll by one). CutMix pastes a box of area about (1 - lambda)
+        of the partner and corrects lambda to the exact box area. 0
+        (default): off. With either on, `labels` are soft targets: float32
+        (N, num_classes) on the device, each row lambda * smooth(y_i) +
+        (1 - lambda) * smooth(y_{N-1-i}). Float dtypes only.
+      mix_prob: probability that a batch is mixed at all (default 1.0).
+      switch_prob: with both alphas > 0, probability that a mixed batch
+        uses CutMix instead of MixUp (default 0.5).
+      label_smoothing: smoothing of the soft targets (on = 1 - s + s / C,
+        off = s / C); only with mixing (otherwise use the loss's).
+      num_classes: width C of the soft targets; required with mixing. Every
+        label must lie in [0, C).
+
+    Batch augmentations happen after the conversion, erasing first, then
+    mixing, with the same float32 arithmetic on "cpu" and "cuda" (float16 /
+    bfloat16 outputs are computed in float32 and rounded once). They are
+    deterministic: erasing keyed by (seed, epoch, sample index), mixing by
+    (seed, epoch, rank, batch index), so a resumed run (load_state_dict)
+    sees the same augmentations. iter_with_info() reports the drawn
+    parameters: info["erase"] (per sample None or (top, left, height,
+    width)) and info["mix"] (mode "none" / "mixup" / "cutmix", lam, the
+    float32 weights (lam, 1 - lam), CutMix box (y0, y1, x0, x1) or None,
+    partner "flip"), and info["labels"] (the hard labels).
     """
 
     def __init__(self, servers, dataset, batch_size=256,
@@ -225,7 +345,10 @@ class Loader:
                  mean=IMAGENET_MEAN, std=IMAGENET_STD, channels_last=False,
                  prefetch=8, batches_per_request=4, streams_per_server=2,
                  in_order=True, fail_on_bad_sample=False, stall_timeout=10.0,
-                 unavailable_timeout=30.0, output_slots=4, pinned_slots=0):
+                 unavailable_timeout=30.0, output_slots=4, pinned_slots=0,
+                 random_erasing=None, mixup_alpha=0.0, cutmix_alpha=0.0,
+                 mix_prob=1.0, switch_prob=0.5, label_smoothing=0.0,
+                 num_classes=None):
         self._pipeline = None
         settings = _stoker.Settings()
         settings.servers = _servers_arg(servers)
@@ -274,6 +397,45 @@ class Loader:
         settings.pinned_slots = _int_arg("pinned_slots", pinned_slots, 0)
         settings.device = _device_arg(device)
         self._device = torch.device(settings.device)
+
+        erasing = _random_erasing_arg(random_erasing)
+        settings.erasing_p = erasing["p"]
+        settings.erasing_scale = erasing["scale"]
+        settings.erasing_ratio = erasing["ratio"]
+        settings.erasing_value = erasing["value"]
+        settings.erasing_random = erasing["random"]
+        for name, alpha in (("mixup_alpha", mixup_alpha),
+                            ("cutmix_alpha", cutmix_alpha)):
+            if _real_arg(name, alpha) < 0:
+                raise _invalid(f"{name} must be >= 0 (0: off), got {alpha}")
+        settings.mixup_alpha = float(mixup_alpha)
+        settings.cutmix_alpha = float(cutmix_alpha)
+        settings.mix_prob = _probability_arg("mix_prob", mix_prob)
+        settings.switch_prob = _probability_arg("switch_prob", switch_prob)
+        smoothing = _real_arg("label_smoothing", label_smoothing)
+        if not 0 <= smoothing < 1:
+            raise _invalid(f"label_smoothing must be in [0, 1), got {smoothing}")
+        settings.label_smoothing = smoothing
+        self._mixing = settings.mixup_alpha > 0 or settings.cutmix_alpha > 0
+        if self._mixing:
+            if num_classes is None:
+                raise _invalid("num_classes is required with mixup_alpha or "
+                               "cutmix_alpha > 0 (the width of the soft "
+                               "labels)")
+            settings.num_classes = _int_arg("num_classes", num_classes, 1)
+        elif smoothing > 0:
+            raise _invalid("label_smoothing applies to the soft labels of "
+                           "MixUp / CutMix (mixup_alpha or cutmix_alpha > 0); "
+                           "without them use the loss's, e.g. "
+                           "torch.nn.CrossEntropyLoss(label_smoothing=...)")
+        elif num_classes is not None:
+            settings.num_classes = _int_arg("num_classes", num_classes, 1)
+        if self._dtype == torch.uint8 and (settings.erasing_p > 0 or
+                                           self._mixing):
+            raise _invalid("random_erasing, mixup_alpha and cutmix_alpha need "
+                           "a float dtype (float32, float16 or bfloat16): "
+                           "uint8 output holds raw pixels, not normalized "
+                           "values")
         self._settings = settings
 
         self._pipeline = _stoker.Pipeline(settings)
@@ -344,9 +506,13 @@ class Loader:
 
     def iter_with_info(self):
         """Like iter(loader), yielding (images, labels, info) where info is a
-        dict: epoch, batch_index, keys and sample_indices (per sample),
+        dict: epoch, batch_index, keys, sample_indices and labels (per
+        sample; labels are the hard int labels, also when `labels` are soft),
         server (which sent the batch) and skipped (samples the server left
-        out: dicts with sample_index, key, shard, reason)."""
+        out: dicts with sample_index, key, shard, reason); with
+        random_erasing, erase (per sample None or (top, left, height,
+        width)); with MixUp / CutMix, mix (dict: mode, lam, weights, box,
+        partner; see the class docstring)."""
         return self._iterate(with_info=True)
 
     def _iterate(self, with_info):
@@ -372,8 +538,12 @@ class Loader:
             shape, dtype=self._dtype, device=self._device,
             memory_format=(torch.channels_last if self._settings.channels_last
                            else torch.contiguous_format))
-        labels = torch.empty((shape[0],), dtype=torch.int64,
-                             device=self._device)
+        if self._mixing:
+            labels = torch.empty((shape[0], self._settings.num_classes),
+                                 dtype=torch.float32, device=self._device)
+        else:
+            labels = torch.empty((shape[0],), dtype=torch.int64,
+                                 device=self._device)
         return images, labels
 
     def _resume_epoch(self):
