@@ -1,7 +1,9 @@
 // Single-thread throughput of the sample image path on photo-like 500x375
 // JPEGs (ImageNet-like sizes): full-frame decode, RandomResizedCrop(224)
-// through SampleProcessor with and without its JPEG shortcuts, and the
-// OpenCV decode + INTER_AREA / INTER_LINEAR path for comparison.
+// through SampleProcessor with and without its JPEG shortcuts, the other
+// warp paths (bicubic, nearest, RandomResizedCrop folded with a rotation,
+// a rotation alone), and the OpenCV decode + INTER_AREA / INTER_LINEAR path
+// for comparison.
 //
 //   bazel run //bench:image_path_bench -- [images] [passes] [repeats]
 //
@@ -22,10 +24,11 @@
 #include <opencv2/imgproc.hpp>
 
 #include "absl/status/status.h"
-#include "common/geometry.h"
 #include "image/jpeg_decoder.h"
+#include "image/plan.h"
 #include "image/resample.h"
 #include "image/sample_processor.h"
+#include "image/warp.h"
 #include "tests/image/synthetic_image.h"
 
 namespace stoker::image {
@@ -33,14 +36,91 @@ namespace {
 
 constexpr int kOut = 224;
 
+struct Box {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  double width() const { return x1 - x0; }
+  double height() const { return y1 - y0; }
+};
+
+struct Geometry {
+  Box source;
+  int out_width = 0;
+  int out_height = 0;
+  bool flip_horizontal = false;
+};
+
+// The warp of a box resized to the output, mirrored when flip (what
+// RandomResizedCrop | RandomHorizontalFlip plans).
+WarpStep BoxWarp(const Geometry& g, Interpolation interpolation) {
+  WarpStep w;
+  w.out_width = g.out_width;
+  w.out_height = g.out_height;
+  w.interpolation = interpolation;
+  const double sx = g.source.width() / g.out_width;
+  w.to_input.a = g.flip_horizontal ? -sx : sx;
+  w.to_input.c = g.flip_horizontal ? g.source.x0 + g.source.width()
+                                   : g.source.x0;
+  w.to_input.e = g.source.height() / g.out_height;
+  w.to_input.f = g.source.y0;
+  return w;
+}
+
+SamplePlan BoxPlan(const Geometry& g,
+                   Interpolation interpolation = Interpolation::kBilinear) {
+  SamplePlan plan;
+  plan.source_warp = BoxWarp(g, interpolation);
+  return plan;
+}
+
+// torchvision's rotate(angle) about the centre of a w x h image (the
+// inverse map, as _get_inverse_affine_matrix builds it).
+Affine Rotation(double degrees, double w, double h) {
+  const double r = degrees * M_PI / 180;
+  const double cx = w / 2, cy = h / 2;
+  Affine m;
+  m.a = std::cos(r);
+  m.b = -std::sin(r);
+  m.d = std::sin(r);
+  m.e = std::cos(r);
+  m.c = cx - m.a * cx - m.b * cy;
+  m.f = cy - m.d * cx - m.e * cy;
+  return m;
+}
+
+// RandomResizedCrop | RandomRotation(angle) folded into one warp: the crop
+// frame becomes a clip, the rotation's outside is filled.
+SamplePlan RotatedBoxPlan(const Geometry& g, double degrees) {
+  SamplePlan plan = BoxPlan(g);
+  WarpStep& w = plan.source_warp;
+  const Affine crop = w.to_input;
+  const Affine rotation = Rotation(degrees, g.out_width, g.out_height);
+  w.to_input = crop.After(rotation);
+  Clip clip;
+  clip.to_frame = rotation;
+  clip.width = g.out_width;
+  clip.height = g.out_height;
+  w.clips.push_back(clip);
+  return plan;
+}
+
+// RandomRotation alone on the w x h image: torchvision's F.rotate (bilinear,
+// no antialiasing).
+SamplePlan RotationPlan(double degrees, int w, int h) {
+  SamplePlan plan;
+  plan.source_warp.to_input = Rotation(degrees, w, h);
+  plan.source_warp.out_width = w;
+  plan.source_warp.out_height = h;
+  plan.source_warp.antialias = false;
+  return plan;
+}
+
 // torchvision's RandomResizedCrop.get_params (scale 0.08-1, ratio 3/4-4/3)
 // with a fixed-seed engine, plus a 50% horizontal flip.
-common::SampleGeometry RandomResizedCrop(int width, int height,
-                                         std::mt19937* engine) {
+Geometry RandomResizedCrop(int width, int height, std::mt19937* engine) {
   auto uniform = [engine](double lo, double hi) {
     return lo + (hi - lo) * ((*engine)() / 4294967296.0);
   };
-  common::SampleGeometry g;
+  Geometry g;
   g.out_width = kOut;
   g.out_height = kOut;
   g.flip_horizontal = (*engine)() & 1;
@@ -106,9 +186,11 @@ int Main(int argc, char** argv) {
   }
   const int total = num_images * passes;
   std::mt19937 engine(7);
-  std::vector<common::SampleGeometry> geometries;
+  std::vector<Geometry> geometries;
+  std::vector<SamplePlan> plans;
   for (int i = 0; i < total; ++i) {
     geometries.push_back(RandomResizedCrop(500, 375, &engine));
+    plans.push_back(BoxPlan(geometries.back()));
   }
   std::vector<uint8_t> out(kOut * kOut * 3);
   uint64_t checksum = 0;
@@ -128,7 +210,7 @@ int Main(int argc, char** argv) {
 
   // The RandomResizedCrop box as a whole-pixel region.
   auto region = [&geometries](int i) {
-    const common::Box& b = geometries[i].source;
+    const Box& b = geometries[i].source;
     const int x0 = static_cast<int>(std::floor(b.x0));
     const int y0 = static_cast<int>(std::floor(b.y0));
     return JpegDecoder::Region{x0, y0,
@@ -160,7 +242,7 @@ int Main(int argc, char** argv) {
     int64_t decode_ns = 0, transform_ns = 0;
     const double seconds = BestOf(repeats, total, [&](int i) {
       SampleTimings timings;
-      Check(processor.Process(jpegs[i % num_images], true, geometries[i],
+      Check(processor.Process(jpegs[i % num_images], true, plans[i],
                               out.data(), &timings));
       decode_ns += timings.decode_ns;
       transform_ns += timings.transform_ns;
@@ -177,7 +259,7 @@ int Main(int argc, char** argv) {
            total, BestOf(repeats, total, [&](int i) {
              const std::string& bytes = jpegs[i % num_images];
              Check(processor.ReadInfo(bytes, true).status());
-             Check(processor.Process(bytes, true, geometries[i], out.data(),
+             Check(processor.Process(bytes, true, plans[i], out.data(),
                                      nullptr));
              checksum += out[i % out.size()];
            }));
@@ -191,13 +273,52 @@ int Main(int argc, char** argv) {
     Report("RRC 224: Resampler only (from 40 decoded full frames)", total,
            BestOf(repeats, total, [&](int i) {
              const DecodedImage& d = frames[i % frames.size()];
-             const common::Box& b = geometries[i].source;
+             const Box& b = geometries[i].source;
              Check(resampler.Resample(d.pixels.data(), d.width, d.height,
                                       d.stride, 3, b.x0, b.y0, b.x1, b.y1,
                                       kOut, kOut, geometries[i].flip_horizontal,
                                       out.data(), kOut * 3));
              checksum += out[i % out.size()];
            }));
+  }
+
+  {
+    // The other warp paths, through SampleProcessor (default options).
+    std::vector<SamplePlan> bicubic, nearest, rotated, rotation;
+    for (int i = 0; i < total; ++i) {
+      bicubic.push_back(BoxPlan(geometries[i], Interpolation::kBicubic));
+      nearest.push_back(BoxPlan(geometries[i], Interpolation::kNearest));
+      rotated.push_back(RotatedBoxPlan(geometries[i], -30.0 + (i % 61)));
+      rotation.push_back(RotationPlan(-30.0 + (i % 61), 500, 375));
+    }
+    struct PlanVariant {
+      const char* name;
+      const std::vector<SamplePlan>* plans;
+    };
+    std::vector<uint8_t> big(500 * 375 * 3);
+    for (const PlanVariant& v :
+         {PlanVariant{"RRC 224 bicubic: SampleProcessor", &bicubic},
+          PlanVariant{"RRC 224 nearest: SampleProcessor", &nearest},
+          PlanVariant{"RRC 224 + rotate(+-30) folded: SampleProcessor",
+                      &rotated},
+          PlanVariant{"rotate(+-30) bilinear 500x375: SampleProcessor",
+                      &rotation}}) {
+      SampleProcessor processor;
+      int64_t decode_ns = 0, transform_ns = 0;
+      const double seconds = BestOf(repeats, total, [&](int i) {
+        SampleTimings timings;
+        Check(processor.Process(jpegs[i % num_images], true, (*v.plans)[i],
+                                big.data(), &timings));
+        decode_ns += timings.decode_ns;
+        transform_ns += timings.transform_ns;
+        checksum += big[i % 1000];
+      });
+      Report(v.name, total, seconds);
+      std::printf(
+          "%-60s (decode %5.1f us, transform %5.1f us; mean of all runs)\n",
+          "", decode_ns / 1e3 / total / repeats,
+          transform_ns / 1e3 / total / repeats);
+    }
   }
 
   for (int interpolation : {cv::INTER_LINEAR, cv::INTER_AREA}) {
@@ -207,7 +328,7 @@ int Main(int argc, char** argv) {
                : "RRC 224: crop-region decode + cv::resize INTER_LINEAR",
            total, BestOf(repeats, total, [&](int i) {
              Check(decoder.Decode(jpegs[i % num_images], region(i), 1, &image));
-             const common::Box& b = geometries[i].source;
+             const Box& b = geometries[i].source;
              const cv::Mat decoded(image.height, image.width, CV_8UC3,
                                    image.pixels.data(), image.stride);
              const cv::Rect crop(static_cast<int>(b.x0 - image.src_x0),
@@ -227,7 +348,7 @@ int Main(int argc, char** argv) {
              const cv::Mat raw(1, static_cast<int>(bytes.size()), CV_8UC1,
                                const_cast<char*>(bytes.data()));
              const cv::Mat decoded = cv::imdecode(raw, cv::IMREAD_COLOR);
-             const common::Box& b = geometries[i].source;
+             const Box& b = geometries[i].source;
              const cv::Rect crop(static_cast<int>(b.x0), static_cast<int>(b.y0),
                                  static_cast<int>(b.width()),
                                  static_cast<int>(b.height()));

@@ -392,16 +392,22 @@ def worker_init(_):
     torch.set_num_threads(1)
 
 
-def bench_peer(args, data_dir, epochs):
+def bench_peer(args, data_dir, epochs, transform=None, collate_fn=None):
+    """The DataLoader over `data_dir`'s shards. `transform` maps one PIL
+    image to a tensor (default: RandomResizedCrop(224),
+    RandomHorizontalFlip(), PILToTensor()); `collate_fn` is the DataLoader's
+    (default: torch's), run in the workers (bench/recipe_benchmark.py
+    passes torchvision's recipes and their MixUp / CutMix)."""
     import torch
     import torchvision.transforms as T
 
     samples = index_shards(list_shards(data_dir))
-    transform = T.Compose([
-        T.RandomResizedCrop(224),
-        T.RandomHorizontalFlip(),
-        T.PILToTensor()
-    ])
+    if transform is None:
+        transform = T.Compose([
+            T.RandomResizedCrop(224),
+            T.RandomHorizontalFlip(),
+            T.PILToTensor()
+        ])
     generator = torch.Generator()
     generator.manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(ShardDataset(samples, transform),
@@ -410,6 +416,7 @@ def bench_peer(args, data_dir, epochs):
                                          num_workers=args.cores,
                                          persistent_workers=True,
                                          worker_init_fn=worker_init,
+                                         collate_fn=collate_fn,
                                          generator=generator)
 
     def run_epoch(loader):
