@@ -21,21 +21,72 @@ int64_t NowNs() {
 
 }  // namespace
 
+PixelMappingCache::~PixelMappingCache() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [data, mapped] : kept_) munmap(data, mapped);
+}
+
+uint8_t* PixelMappingCache::Take(size_t mapped) {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < kept_.size(); ++i) {
+    if (kept_[i].second == mapped) {
+      uint8_t* data = kept_[i].first;
+      kept_.erase(kept_.begin() + i);
+      return data;
+    }
+  }
+  return nullptr;
+}
+
+void PixelMappingCache::Give(uint8_t* data, size_t mapped) {
+  // Reclaimable from now on; the contents need not survive.
+  madvise(data, mapped, MADV_FREE);
+  std::pair<uint8_t*, size_t> evicted{nullptr, 0};
+  {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int>(kept_.size()) >= max_kept_) {
+      if (max_kept_ == 0) {
+        evicted = {data, mapped};
+      } else {
+        // The oldest goes: sizes in use now are the likeliest to recur.
+        evicted = kept_.front();
+        kept_.erase(kept_.begin());
+      }
+    }
+    if (evicted.first != data) kept_.emplace_back(data, mapped);
+  }
+  if (evicted.first != nullptr) munmap(evicted.first, evicted.second);
+}
+
 std::unique_ptr<PixelBytes> PixelBytes::Map(size_t capacity,
-                                            MemoryBudget::Charge* charge) {
-  const size_t mapped = std::max<size_t>(capacity, 1);
-  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  // Fewer page faults for large batches (each fault maps 2 MiB).
-  if (mapped >= (size_t{2} << 20)) madvise(p, mapped, MADV_HUGEPAGE);
+                                            MemoryBudget::Charge* charge,
+                                            PixelMappingCache* cache) {
+  // Whole 2 MiB units, so mappings of nearby sizes are interchangeable and
+  // huge pages fit.
+  constexpr size_t kUnit = size_t{2} << 20;
+  const size_t mapped = (std::max<size_t>(capacity, 1) + kUnit - 1) / kUnit * kUnit;
+  uint8_t* data = cache != nullptr ? cache->Take(mapped) : nullptr;
+  if (data == nullptr) {
+    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    // Fewer page faults (each fault maps 2 MiB).
+    madvise(p, mapped, MADV_HUGEPAGE);
+    data = static_cast<uint8_t*>(p);
+  }
   std::unique_ptr<PixelBytes> bytes(
-      new PixelBytes(static_cast<uint8_t*>(p), mapped, std::move(*charge)));
+      new PixelBytes(data, mapped, std::move(*charge), cache));
   bytes->size_ = capacity;
   return bytes;
 }
 
-PixelBytes::~PixelBytes() { munmap(data_, mapped_); }
+PixelBytes::~PixelBytes() {
+  if (cache_ != nullptr) {
+    cache_->Give(data_, mapped_);
+  } else {
+    munmap(data_, mapped_);
+  }
+}
 
 void SampleWorker::ChargeBuffers() {
   const int64_t kept =
@@ -104,7 +155,8 @@ void BatchStream::ScheduleLocked() {
           &memory_ticket_);
       if (memory_ticket_ != 0) return;  // OnMemoryGranted continues
     }
-    std::unique_ptr<PixelBytes> pixels = PixelBytes::Map(bytes, &charge);
+    std::unique_ptr<PixelBytes> pixels =
+        PixelBytes::Map(bytes, &charge, setup_.mappings.get());
     if (pixels == nullptr) {
       error_ = absl::ResourceExhaustedError(
           absl::StrCat("cannot map ", bytes, " bytes for batch ", index));

@@ -61,6 +61,8 @@ class SampleWorker : public WorkerContext {
   MemoryBudget::Charge charge_;
 };
 
+class PixelMappingCache;
+
 struct BatchStreamOptions {
   // Batches being assembled or ready but not yet taken. Default 2; >= 1.
   int max_inflight_batches = 2;
@@ -72,6 +74,8 @@ struct BatchStreamSetup {
   WorkerPool* pool = nullptr;        // not owned; outlives the stream
   // Every batch buffer is charged to it before it is allocated. Required.
   std::shared_ptr<MemoryBudget> budget;
+  // Reuses batch mappings between batches. May be null.
+  std::shared_ptr<PixelMappingCache> mappings;
   std::optional<common::EpochPlan> plan;  // set (no default constructor)
   uint64_t seed = 0;
   int64_t epoch = 0;
@@ -88,15 +92,42 @@ struct BatchStreamSetup {
   std::function<void(const v1::SkippedSample&)> on_skipped;
 };
 
+// Mappings of finished batches kept for the next batches of the same size,
+// so steady streaming does not map, fault in (the kernel zeroes every new
+// page) and unmap tens of MiB per batch. A kept mapping's pages are marked
+// MADV_FREE: they are not charged to the budget because the kernel may take
+// them back under memory pressure (a later write then faults in a fresh
+// page); until then, reusing them costs nothing. Thread-safe.
+class PixelMappingCache {
+ public:
+  // At most `max_kept` mappings are kept.
+  explicit PixelMappingCache(int max_kept) : max_kept_(max_kept) {}
+  ~PixelMappingCache();
+  PixelMappingCache(const PixelMappingCache&) = delete;
+  PixelMappingCache& operator=(const PixelMappingCache&) = delete;
+
+  // A kept mapping of exactly `mapped` bytes, or null.
+  uint8_t* Take(size_t mapped);
+  // Keeps the mapping or unmaps it.
+  void Give(uint8_t* data, size_t mapped);
+
+ private:
+  const int max_kept_;
+  absl::Mutex mu_;
+  std::vector<std::pair<uint8_t*, size_t>> kept_ ABSL_GUARDED_BY(mu_);
+};
+
 // A batch's pixel bytes, handed to the transport as is: pages mapped for
-// this batch alone and unmapped when it is destroyed (so a spike of large
-// batches does not stay resident in malloc's heap), with the budget charge
-// that pays for them.
+// this batch (so a spike of large batches does not stay resident in malloc's
+// heap) and given back to the cache or unmapped when it is destroyed, with
+// the budget charge that pays for them.
 class PixelBytes {
  public:
-  // nullptr if the pages cannot be mapped.
+  // nullptr if the pages cannot be mapped. `cache` may be null; if set, it
+  // must outlive the PixelBytes.
   static std::unique_ptr<PixelBytes> Map(size_t capacity,
-                                         MemoryBudget::Charge* charge);
+                                         MemoryBudget::Charge* charge,
+                                         PixelMappingCache* cache = nullptr);
   ~PixelBytes();
   PixelBytes(const PixelBytes&) = delete;
   PixelBytes& operator=(const PixelBytes&) = delete;
@@ -107,12 +138,18 @@ class PixelBytes {
   void Shrink(size_t size) { size_ = std::min(size, size_); }
 
  private:
-  PixelBytes(uint8_t* data, size_t mapped, MemoryBudget::Charge charge)
-      : data_(data), mapped_(mapped), size_(mapped), charge_(std::move(charge)) {}
+  PixelBytes(uint8_t* data, size_t mapped, MemoryBudget::Charge charge,
+             PixelMappingCache* cache)
+      : data_(data),
+        mapped_(mapped),
+        size_(mapped),
+        charge_(std::move(charge)),
+        cache_(cache) {}
   uint8_t* const data_;
   const size_t mapped_;
   size_t size_;
   MemoryBudget::Charge charge_;
+  PixelMappingCache* const cache_;
 };
 
 // A finished batch: the header (every Batch field but pixels) and the pixel

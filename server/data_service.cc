@@ -10,6 +10,10 @@
 namespace stoker::server {
 namespace {
 
+// Finished batches' mappings kept for reuse: enough for a few streams that
+// each have a batch being sent and one or two being assembled.
+constexpr int kKeptBatchMappings = 8;
+
 // A request's string for an error message: quoted, and cut short when it is
 // long (a client may send megabytes; echoing them would make the status
 // itself too large to deliver).
@@ -67,7 +71,8 @@ DataService::DataService(const DataServiceOptions& options,
                          std::vector<std::unique_ptr<Dataset>> datasets)
     : options_(options),
       datasets_(ByName(std::move(datasets))),
-      budget_(MemoryBudget::Create(options.max_memory_bytes)) {
+      budget_(MemoryBudget::Create(options.max_memory_bytes)),
+      mappings_(std::make_shared<PixelMappingCache>(kKeptBatchMappings)) {
   image::SampleProcessorOptions processor = options.processor;
   pool_ = std::make_unique<WorkerPool>(
       options.worker_threads, [processor, budget = budget_] {
@@ -224,6 +229,7 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   setup.dataset = &dataset;
   setup.pool = pool_.get();
   setup.budget = budget_;
+  setup.mappings = mappings_;
   setup.plan = *std::move(plan);
   setup.seed = spec.seed();
   setup.epoch = spec.epoch();

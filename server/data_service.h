@@ -119,6 +119,8 @@ class DataService {
   };
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
   const std::shared_ptr<MemoryBudget> budget_;
+  // Batch mappings kept between batches (server/batch_stream.h).
+  const std::shared_ptr<PixelMappingCache> mappings_;
 
   absl::Mutex cache_mu_;
   // Most recently used first.
