@@ -509,15 +509,11 @@ inline double Cubic(double v1, double v2, double v3, double v4, double d) {
   return p1 + d * (p2 + d * (p3 + d * p4));
 }
 
+// The first stage, on one row: PIL sums integer pixels there, which double
+// arithmetic on small integers reproduces exactly.
 inline double CubicRow(const uint8_t* row, const int* xs, int c, double d) {
-  const int v1 = row[xs[0] + c], v2 = row[xs[1] + c];
-  const int v3 = row[xs[2] + c], v4 = row[xs[3] + c];
-  // The first stage's coefficients are exact integer sums in PIL.
-  const double p1 = v2;
-  const double p2 = -v1 + v3;
-  const double p3 = 2 * (v1 - v2) + v3 - v4;
-  const double p4 = -v1 + v2 - v3 + v4;
-  return p1 + d * (p2 + d * (p3 + d * p4));
+  return Cubic(row[xs[0] + c], row[xs[1] + c], row[xs[2] + c],
+               row[xs[3] + c], d);
 }
 
 // PIL's bicubic_filter32RGB: edge pixels replicated (its row logic is
