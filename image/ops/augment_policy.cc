@@ -175,8 +175,9 @@ double AugmentMagnitude(AugmentSpace space, AugmentOp op, int num_bins, int bin,
 }
 
 void ApplyAugmentOp(PlanBuilder& plan, AugmentOp op, double magnitude,
-                    Interpolation interpolation,
-                    const std::array<uint8_t, 3>& fill) {
+                    const PolicyWarpArgs& warp) {
+  const Interpolation interpolation = warp.interpolation;
+  const std::array<uint8_t, 3>& fill = warp.fill;
   const auto pixel = [&](const PixelKernel& kernel, const char* arg,
                          double value) {
     plan.Trace(kernel.name, {{arg, value}});

@@ -61,6 +61,14 @@ enum class AugmentOp {
   kInvert,
 };
 
+// The policies' shared arguments: interpolation (default nearest) and fill.
+struct PolicyWarpArgs {
+  Interpolation interpolation = Interpolation::kNearest;
+  std::array<uint8_t, 3> fill{0, 0, 0};
+};
+absl::StatusOr<PolicyWarpArgs> ReadPolicyWarpArgs(const OpArgs& args);
+void WritePolicyWarpArgs(const PolicyWarpArgs& value, ArgWriter& writer);
+
 // torchvision's name of `op` ("ShearX", "AutoContrast", ...).
 absl::string_view AugmentOpName(AugmentOp op);
 
@@ -108,7 +116,7 @@ double AugmentMagnitude(AugmentSpace space, AugmentOp op, int num_bins, int bin,
 //               adjust_sharpness with factor 1 + m
 //   Posterize   posterize(bits=int(m));  Solarize  solarize(threshold=m)
 //   AutoContrast, Equalize, Invert: the functional; Identity: nothing.
-// The warps use `interpolation` and `fill`. When tracing, records the
+// The warps use `warp`'s interpolation and fill. When tracing, records the
 // functional call: "affine" {angle, translate_x, translate_y, scale,
 // shear_x, shear_y[, center_x, center_y]} (centre present only when
 // torchvision passes one), "rotate" {angle}, "adjust_brightness" {factor},
@@ -116,16 +124,7 @@ double AugmentMagnitude(AugmentSpace space, AugmentOp op, int num_bins, int bin,
 // "adjust_sharpness" {factor}, "posterize" {bits}, "solarize" {threshold},
 // "autocontrast" {}, "equalize" {}, "invert" {}; nothing for Identity.
 void ApplyAugmentOp(PlanBuilder& plan, AugmentOp op, double magnitude,
-                    Interpolation interpolation,
-                    const std::array<uint8_t, 3>& fill);
-
-// The policies' shared arguments: interpolation (default nearest) and fill.
-struct PolicyWarpArgs {
-  Interpolation interpolation = Interpolation::kNearest;
-  std::array<uint8_t, 3> fill{0, 0, 0};
-};
-absl::StatusOr<PolicyWarpArgs> ReadPolicyWarpArgs(const OpArgs& args);
-void WritePolicyWarpArgs(const PolicyWarpArgs& value, ArgWriter& writer);
+                    const PolicyWarpArgs& warp);
 
 }  // namespace stoker::image
 

@@ -182,14 +182,13 @@ bool IsSigned(AugmentOp op) {
 class AutoAugment : public Op {
  public:
   Policy policy = Policy::kImagenet;
-  Interpolation interpolation = Interpolation::kNearest;
-  std::array<uint8_t, 3> fill{0, 0, 0};
+  PolicyWarpArgs warp;
 
   void WriteArgs(ArgWriter& w) const override {
     ArgValue v;
     v.word = PolicyName(policy);
     w.Value("policy", v, policy == Policy::kImagenet);
-    WritePolicyWarpArgs({interpolation, fill}, w);
+    WritePolicyWarpArgs(warp, w);
   }
 
   void Plan(PlanBuilder& plan, common::CounterRng& rng) const override {
@@ -214,7 +213,7 @@ class AutoAugment : public Op {
               : AugmentMagnitude(AugmentSpace::kAutoAugment, step.op, kNumBins,
                                  step.magnitude_id, width, height);
       if (IsSigned(step.op) && signs[i] == 0) m *= -1.0;
-      ApplyAugmentOp(plan, step.op, m, interpolation, fill);
+      ApplyAugmentOp(plan, step.op, m, warp);
     }
   }
 };
@@ -241,8 +240,7 @@ absl::StatusOr<std::unique_ptr<const Op>> Create(const OpArgs& args) {
   op->policy = *policy;
   absl::StatusOr<PolicyWarpArgs> warp = ReadPolicyWarpArgs(args);
   if (!warp.ok()) return warp.status();
-  op->interpolation = warp->interpolation;
-  op->fill = warp->fill;
+  op->warp = *warp;
   return op;
 }
 

@@ -38,14 +38,13 @@ class RandAugment : public Op {
   int num_ops = 2;
   int magnitude = 9;
   int num_magnitude_bins = 31;
-  Interpolation interpolation = Interpolation::kNearest;
-  std::array<uint8_t, 3> fill{0, 0, 0};
+  PolicyWarpArgs warp;
 
   void WriteArgs(ArgWriter& w) const override {
     w.Int("num_ops", num_ops, 2);
     w.Int("magnitude", magnitude, 9);
     w.Int("num_magnitude_bins", num_magnitude_bins, 31);
-    WritePolicyWarpArgs({interpolation, fill}, w);
+    WritePolicyWarpArgs(warp, w);
   }
 
   void Plan(PlanBuilder& plan, common::CounterRng& rng) const override {
@@ -64,7 +63,7 @@ class RandAugment : public Op {
       if (entry.is_signed && coin) m *= -1.0;
       plan.Trace("RandAugment", {{"op_index", static_cast<double>(op_index)},
                                  {"magnitude", m}});
-      ApplyAugmentOp(plan, entry.op, m, interpolation, fill);
+      ApplyAugmentOp(plan, entry.op, m, warp);
     }
   }
 };
@@ -83,8 +82,7 @@ absl::StatusOr<std::unique_ptr<const Op>> Create(const OpArgs& args) {
   op->magnitude = *magnitude;
   absl::StatusOr<PolicyWarpArgs> warp = ReadPolicyWarpArgs(args);
   if (!warp.ok()) return warp.status();
-  op->interpolation = warp->interpolation;
-  op->fill = warp->fill;
+  op->warp = *warp;
   return op;
 }
 

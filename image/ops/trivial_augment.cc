@@ -32,12 +32,11 @@ constexpr int kMaxMagnitudeBins = 10000;
 class TrivialAugmentWide : public Op {
  public:
   int num_magnitude_bins = 31;
-  Interpolation interpolation = Interpolation::kNearest;
-  std::array<uint8_t, 3> fill{0, 0, 0};
+  PolicyWarpArgs warp;
 
   void WriteArgs(ArgWriter& w) const override {
     w.Int("num_magnitude_bins", num_magnitude_bins, 31);
-    WritePolicyWarpArgs({interpolation, fill}, w);
+    WritePolicyWarpArgs(warp, w);
   }
 
   void Plan(PlanBuilder& plan, common::CounterRng& rng) const override {
@@ -57,7 +56,7 @@ class TrivialAugmentWide : public Op {
                {{"op_index", static_cast<double>(op_index)},
                 {"magnitude_bin", bin},
                 {"magnitude", m}});
-    ApplyAugmentOp(plan, entry.op, m, interpolation, fill);
+    ApplyAugmentOp(plan, entry.op, m, warp);
   }
 };
 
@@ -69,8 +68,7 @@ absl::StatusOr<std::unique_ptr<const Op>> Create(const OpArgs& args) {
   op->num_magnitude_bins = *bins;
   absl::StatusOr<PolicyWarpArgs> warp = ReadPolicyWarpArgs(args);
   if (!warp.ok()) return warp.status();
-  op->interpolation = warp->interpolation;
-  op->fill = warp->fill;
+  op->warp = *warp;
   return op;
 }
 
