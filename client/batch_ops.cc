@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "client/batch_ops_kernels.h"
 #include "client/convert_kernels.h"
+#include "image/ops/geometry_util.h"
 
 // This file is compiled with -ffp-contract=off (client/BUILD): the shared
 // arithmetic of client/batch_ops_math.h must round every operation, exactly
@@ -355,10 +356,9 @@ EraseBox DrawEraseBox(const RandomErasingOptions& options, uint64_t key,
     const double erase_area =
         area * rng.Uniform(options.scale_min, options.scale_max);
     const double aspect = std::exp(rng.Uniform(log_min, log_max));
-    // Python's round(): to nearest, ties to even (the default rounding
-    // mode of nearbyint).
-    const double h = std::nearbyint(std::sqrt(erase_area * aspect));
-    const double w = std::nearbyint(std::sqrt(erase_area / aspect));
+    // Python's round(), as torchvision's get_params does.
+    const double h = image::PythonRound(std::sqrt(erase_area * aspect));
+    const double w = image::PythonRound(std::sqrt(erase_area / aspect));
     if (!(h < height && w < width)) continue;
     const int32_t hi = static_cast<int32_t>(h);
     const int32_t wi = static_cast<int32_t>(w);
