@@ -134,7 +134,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  stoker::common::TuneMallocForLargeBuffers();
+  stoker::common::TuneMallocForReceiving();
   stoker::common::SetUsage(
       "Streams epochs from Stoker servers and prints throughput.\n"
       "Example: stoker_fetch --servers=localhost:50051 --dataset=train "

@@ -10,4 +10,9 @@ void TuneMallocForLargeBuffers() {
   mallopt(M_TOP_PAD, 64 << 20);
 }
 
+void TuneMallocForReceiving() {
+  TuneMallocForLargeBuffers();
+  mallopt(M_ARENA_MAX, 1);
+}
+
 }  // namespace stoker::common
