@@ -17,7 +17,10 @@
 //                current image, and further warps of the current image: a
 //                run of geometric ops that follows a pixel op folds into one
 //                WarpStep there, as torchvision applies it after the pixel op
-//                (e.g. RandAugment's Equalize then Rotate).
+//                (e.g. RandAugment's Equalize then Rotate). Custom steps are
+//                pixel ops implemented outside the tree (plugin ops,
+//                image/ops/plugin.h): they also work in place and keep the
+//                size.
 //
 // Coordinates are continuous pixel coordinates: pixel (x, y) covers
 // [x, x + 1) x [y, y + 1), so its centre is (x + 0.5, y + 0.5). This is
@@ -25,8 +28,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "common/random.h"
 
 namespace stoker::image {
 
@@ -108,11 +115,49 @@ struct PixelStep {
   PixelArgs args{0, 0, 0, 0};
 };
 
+// A segmentation mask that travels with the image, pixel-aligned with it:
+// `channels` (1 to 4) interleaved uint8 planes, rows `stride` bytes apart.
+// Not owned.
+struct MaskView {
+  uint8_t* data = nullptr;
+  int width = 0;
+  int height = 0;
+  int channels = 1;
+  int stride = 0;  // bytes, >= channels * width
+};
+
+// A pixel op whose code lives outside the tree: a plugin's op
+// (image/ops/plugin.h). Immutable and thread-safe: one instance is shared by
+// every plan that uses it, on every thread.
+class CustomKernel {
+ public:
+  virtual ~CustomKernel() = default;
+
+  // The op's name, for errors.
+  virtual const std::string& name() const = 0;
+
+  // Runs the op in place on `image` and, when not null, on `mask` (same
+  // width and height as the image), drawing random numbers from `rng` only.
+  // Keeps the size. An error fails this one sample (DataLoss, naming the
+  // op).
+  virtual absl::Status Apply(common::CounterRng& rng, const ImageView& image,
+                             const MaskView* mask) const = 0;
+};
+
+struct CustomStep {
+  std::shared_ptr<const CustomKernel> kernel;
+  // The op's generator (keyed by sample and op position, like every op's)
+  // as the op's Plan left it. The step runs on a copy, so running a plan
+  // twice draws the same numbers.
+  common::CounterRng rng{0};
+};
+
 struct PlanStep {
-  enum class Kind { kPixel, kWarp };
+  enum class Kind { kPixel, kWarp, kCustom };
   Kind kind = Kind::kPixel;
-  PixelStep pixel;  // kind == kPixel
-  WarpStep warp;    // kind == kWarp
+  PixelStep pixel;    // kind == kPixel
+  WarpStep warp;      // kind == kWarp
+  CustomStep custom;  // kind == kCustom
 };
 
 // One op's drawn parameters, in torchvision's terms, for explaining a sample

@@ -33,6 +33,11 @@ absl::Status CheckPlanShape(const SamplePlan& plan) {
         return absl::InvalidArgumentError(
             absl::StrCat("bad warp at step ", i, ": ", s.message()));
       }
+    } else if (step.kind == PlanStep::Kind::kCustom) {
+      if (step.custom.kernel == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("custom step ", i, " has no kernel"));
+      }
     } else if (step.pixel.kernel == nullptr ||
                step.pixel.kernel->apply == nullptr) {
       return absl::InvalidArgumentError(
@@ -78,22 +83,36 @@ absl::StatusOr<ImageInfo> SampleProcessor::ReadInfo(absl::string_view bytes,
                    static_cast<int>(header->height)};
 }
 
-absl::Status SampleProcessor::Decode(absl::string_view bytes,
-                                     const ImageHeader& header,
-                                     const WarpStep& warp) {
+absl::Status SampleProcessor::Decode(
+    absl::string_view bytes, const ImageHeader& header,
+    absl::Span<const WarpStep* const> warps) {
   const ImageInfo size{static_cast<int>(header.width),
                        static_cast<int>(header.height)};
   if (header.codec != ImageCodec::kJpeg) {
     return DecodeWithOpenCV(bytes, size, &decoded_);
   }
-  const int denom = options_.dct_scaling ? ChooseScaleDenom(warp) : 1;
+  // One decode serves every warp: the finest scale any of them allows, and
+  // the box around the regions they read.
+  int denom = 8;
+  for (const WarpStep* warp : warps) {
+    denom = std::min(denom,
+                     options_.dct_scaling ? ChooseScaleDenom(*warp) : 1);
+  }
   JpegDecoder::Region region{0, 0, INT_MAX, INT_MAX};  // clipped by Decode
   if (options_.partial_decode) {
-    const PixelRect r = WarpReadRegion(warp, size.width, size.height, denom);
-    // Empty only when the warp reads nothing (all fill, refused by the
+    int x0 = INT_MAX, y0 = INT_MAX, x1 = 0, y1 = 0;
+    for (const WarpStep* warp : warps) {
+      const PixelRect r = WarpReadRegion(*warp, size.width, size.height, denom);
+      if (r.empty()) continue;
+      x0 = std::min(x0, r.x);
+      y0 = std::min(y0, r.y);
+      x1 = std::max(x1, r.x + r.width);
+      y1 = std::max(y1, r.y + r.height);
+    }
+    // Empty only when the warps read nothing (all fill, refused by the
     // caller); a pixel still checks that the bytes decode.
-    region = r.empty() ? JpegDecoder::Region{0, 0, 1, 1}
-                       : JpegDecoder::Region{r.x, r.y, r.width, r.height};
+    region = x0 >= x1 ? JpegDecoder::Region{0, 0, 1, 1}
+                      : JpegDecoder::Region{x0, y0, x1 - x0, y1 - y0};
   }
   if (absl::Status s = jpeg_.Decode(bytes, region, denom, &decoded_); !s.ok()) {
     return s;
@@ -119,25 +138,53 @@ void SampleProcessor::ReleaseLargeBuffers() {
   warper_.ReleaseBuffersOver(kMaxKeptScratchBytes);
 }
 
+absl::Status SampleProcessor::RunCustomStep(const CustomStep& step,
+                                            const ImageView& image,
+                                            const MaskView* mask) const {
+  // A copy: the plan stays untouched, so it replays the same numbers.
+  common::CounterRng rng = step.rng;
+  return step.kernel->Apply(rng, image, mask);
+}
+
 absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
                                       const SamplePlan& plan, uint8_t* dst,
                                       SampleTimings* timings) {
-  if (dst == nullptr) return absl::InvalidArgumentError("null destination");
-  if (absl::Status s = CheckPlanShape(plan); !s.ok()) return s;
+  const SamplePlan* plans[] = {&plan};
+  uint8_t* dsts[] = {dst};
+  return ProcessViews(bytes, is_jpeg, plans, dsts, timings);
+}
+
+absl::Status SampleProcessor::ProcessViews(
+    absl::string_view bytes, bool is_jpeg,
+    absl::Span<const SamplePlan* const> plans, absl::Span<uint8_t* const> dsts,
+    SampleTimings* timings) {
+  if (plans.empty() || plans.size() != dsts.size()) {
+    return absl::InvalidArgumentError("one destination per plan is needed");
+  }
+  std::vector<const WarpStep*> warps;
+  for (size_t v = 0; v < plans.size(); ++v) {
+    if (dsts[v] == nullptr) {
+      return absl::InvalidArgumentError("null destination");
+    }
+    if (absl::Status s = CheckPlanShape(*plans[v]); !s.ok()) return s;
+    warps.push_back(&plans[v]->source_warp);
+  }
   const int64_t t0 = timings != nullptr ? NowNs() : 0;
   absl::StatusOr<ImageHeader> header = Probe(bytes, is_jpeg);
   if (!header.ok()) return header.status();
   const int width = static_cast<int>(header->width);
   const int height = static_cast<int>(header->height);
-  if (!WarpReadsInput(plan.source_warp, width, height)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "plan does not fit the ", width, "x", height,
-        " image: no output pixel of its source warp maps inside it"));
+  for (const WarpStep* warp : warps) {
+    if (!WarpReadsInput(*warp, width, height)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan does not fit the ", width, "x", height,
+          " image: no output pixel of its source warp maps inside it"));
+    }
   }
   // A rare large image's buffers are given back rather than kept per worker
   // for the server's life.
   absl::Cleanup release_large = [this] { ReleaseLargeBuffers(); };
-  if (absl::Status s = Decode(bytes, *header, plan.source_warp); !s.ok()) {
+  if (absl::Status s = Decode(bytes, *header, warps); !s.ok()) {
     if (absl::IsInvalidArgument(s)) {
       // The decode region missed the image entirely.
       return absl::InvalidArgumentError(
@@ -146,7 +193,18 @@ absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
     return s;
   }
   const int64_t t1 = timings != nullptr ? NowNs() : 0;
+  for (size_t v = 0; v < plans.size(); ++v) {
+    if (absl::Status s = RunPlan(*plans[v], dsts[v]); !s.ok()) return s;
+  }
+  if (timings != nullptr) {
+    const int64_t t2 = NowNs();
+    timings->decode_ns = t1 - t0;
+    timings->transform_ns = t2 - t1;
+  }
+  return absl::OkStatus();
+}
 
+absl::Status SampleProcessor::RunPlan(const SamplePlan& plan, uint8_t* dst) {
   // The last warp writes straight into dst; earlier ones into the ping-pong
   // buffers. Pixel steps work in place on whatever is current.
   int last_warp = -1;
@@ -196,6 +254,13 @@ absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
       step.pixel.kernel->apply(step.pixel.args, current);
       continue;
     }
+    if (step.kind == PlanStep::Kind::kCustom) {
+      if (absl::Status s = RunCustomStep(step.custom, current, nullptr);
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
     buffer = 1 - buffer;
     ImageView next;
     next.width = step.warp.out_width;
@@ -211,11 +276,6 @@ absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
       return unsupported(s);
     }
     current = next;
-  }
-  if (timings != nullptr) {
-    const int64_t t2 = NowNs();
-    timings->decode_ns = t1 - t0;
-    timings->transform_ns = t2 - t1;
   }
   return absl::OkStatus();
 }

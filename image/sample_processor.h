@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "image/image_probe.h"
 #include "image/jpeg_decoder.h"
 #include "image/plan.h"
@@ -73,22 +74,35 @@ class SampleProcessor {
   // (HWC uint8, 3 * out_width * out_height bytes; not owned; nothing outside
   // it is written; its contents are unspecified after an error). Runs the
   // source warp on the decoded image, then each step in order: a pixel step
-  // applies its kernel in place to the current image, a warp step warps the
-  // current image into a new one. `timings` may be null; it is filled on
-  // success.
+  // applies its kernel in place to the current image, a custom step (a
+  // plugin op) runs its kernel in place, a warp step warps the current
+  // image into a new one. `timings` may be null; it is filled on success.
   // Errors: InvalidArgument if the plan is malformed (a warp invalid for
   // ValidateWarp in image/warp.h: output side not in [1, 2^16], non-finite
-  // or absurd maps, an empty source box; a pixel step without a kernel) or
-  // does not fit this image (no output pixel of the source warp maps inside
-  // the image and its clips), or a resize the resampler refuses (shrinking
-  // by more than 4096); DataLoss if the bytes do not decode (corrupt,
-  // truncated, unknown format, or decoding to another size than the header
-  // claims); ResourceExhausted, before decoding, for images over
-  // max_image_pixels. Decode buffers and intermediate images over 64 MiB are
-  // freed before returning.
+  // or absurd maps, an empty source box; a pixel or custom step without a
+  // kernel) or does not fit this image (no output pixel of the source warp
+  // maps inside the image and its clips), or a resize the resampler refuses
+  // (shrinking by more than 4096); DataLoss if the bytes do not decode
+  // (corrupt, truncated, unknown format, or decoding to another size than
+  // the header claims); ResourceExhausted, before decoding, for images over
+  // max_image_pixels; a custom step's own error (DataLoss naming the plugin
+  // op). Decode buffers and intermediate images over 64 MiB are freed before
+  // returning.
   absl::Status Process(absl::string_view bytes, bool is_jpeg,
                        const SamplePlan& plan, uint8_t* dst,
                        SampleTimings* timings);
+
+  // Process for several plans of one image (multi-crop views): one decode
+  // of the box around every region the plans' source warps read, at the
+  // finest DCT scale any of them allows, then each plan into its `dsts`
+  // entry. A view whose plan alone would have allowed a coarser DCT scale
+  // gets slightly different (sharper) pixels than Process would give it;
+  // with dct_scaling off the outputs equal Process's exactly. Errors as
+  // Process (the first failing view's).
+  absl::Status ProcessViews(absl::string_view bytes, bool is_jpeg,
+                            absl::Span<const SamplePlan* const> plans,
+                            absl::Span<uint8_t* const> dsts,
+                            SampleTimings* timings);
 
   // Bytes of buffers kept for the next sample (decode buffer, intermediate
   // images; each at most 64 MiB).
@@ -102,11 +116,17 @@ class SampleProcessor {
   // ProbeImage plus the pixel limit.
   absl::StatusOr<ImageHeader> Probe(absl::string_view bytes,
                                     bool is_jpeg) const;
-  // Decodes what `warp` reads of the image into decoded_.
+  // Decodes what `warps` read of the image into decoded_.
   absl::Status Decode(absl::string_view bytes, const ImageHeader& header,
-                      const WarpStep& warp);
+                      absl::Span<const WarpStep* const> warps);
+  // Runs a plan on decoded_ into `dst`.
+  absl::Status RunPlan(const SamplePlan& plan, uint8_t* dst);
   // Frees buffers over the kept limit.
   void ReleaseLargeBuffers();
+  // Runs a custom step in place on `image` and `mask` (null: the sample has
+  // no mask).
+  absl::Status RunCustomStep(const CustomStep& step, const ImageView& image,
+                             const MaskView* mask) const;
 
   const SampleProcessorOptions options_;
   JpegDecoder jpeg_;

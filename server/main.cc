@@ -21,10 +21,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/command_line.h"
 #include "server/data_service.h"
 #include "server/dataset.h"
 #include "image/image_probe.h"
+#include "image/ops/plugin.h"
 #include "server/server.h"
 #include "common/malloc_tuning.h"
 #include "spdlog/spdlog.h"
@@ -61,6 +63,9 @@ ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Minutes(2),
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(20),
           "On SIGTERM, how long running streams may take to finish their "
           "current batches before they are cancelled.");
+ABSL_FLAG(std::vector<std::string>, plugin, {},
+          "PATH.so: load the transform ops of this plugin (see README.md, "
+          "\"Plugins\") before serving. Repeat the flag for several plugins.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -72,8 +77,8 @@ using stoker::server::Dataset;
 using stoker::server::ServerOptions;
 using stoker::server::StokerServer;
 
-// absl keeps only the last value of a repeated flag; --dataset may be given
-// many times, so its occurrences are taken out of argv first.
+// absl keeps only the last value of a repeated flag; --dataset and --plugin
+// may be given many times, so their occurrences are taken out of argv first.
 std::vector<std::string> ExtractRepeated(const char* name, int* argc,
                                          char** argv) {
   const std::string eq = absl::StrCat("--", name, "=");
@@ -198,9 +203,13 @@ int main(int argc, char** argv) {
       "Serves WebDataset .tar shards as decoded, augmented uint8 batches.\n"
       "Example: stoker_server --port=50051 --dataset=train='/data/train-*.tar'");
   std::vector<std::string> datasets = ExtractRepeated("dataset", &argc, argv);
+  std::vector<std::string> plugins = ExtractRepeated("plugin", &argc, argv);
   absl::ParseCommandLine(argc, argv);
   for (const std::string& d : absl::GetFlag(FLAGS_dataset)) {
     datasets.push_back(d);
+  }
+  for (const std::string& p : absl::GetFlag(FLAGS_plugin)) {
+    plugins.push_back(p);
   }
   absl::StatusOr<Config> config = ReadConfig(datasets);
   if (!config.ok()) {
@@ -223,6 +232,20 @@ int main(int argc, char** argv) {
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
+  }
+
+  // Before any request can name a plugin's op; after the signal mask, which
+  // threads a plugin starts inherit.
+  for (const std::string& path : plugins) {
+    absl::StatusOr<stoker::image::LoadedPlugin> plugin =
+        stoker::image::LoadPlugin(path);
+    if (!plugin.ok()) {
+      std::fprintf(stderr, "stoker_server: --plugin: %s\n",
+                   std::string(plugin.status().message()).c_str());
+      return 2;
+    }
+    spdlog::info("plugin {} from {}: ops {}", plugin->name, plugin->path,
+                 absl::StrJoin(plugin->ops, ", "));
   }
 
   std::vector<std::unique_ptr<Dataset>> opened;

@@ -11,10 +11,12 @@
 //     to the sample's plan (geometric ops) or pixel kernels (colour ops) via
 //     the PlanBuilder (image/ops/plan_builder.h).
 // An op is a small class in its own file under image/ops/, exposing one
-// OpDef; image/ops/registry.cc lists the OpDefs. Ops are immutable once
-// created, so one instance serves every sample on every thread.
+// OpDef; image/ops/registry.cc lists the OpDefs. Plugins add OpDefs at
+// start-up (image/ops/plugin.h). Ops are immutable once created, so one
+// instance serves every sample on every thread.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -164,8 +166,15 @@ struct OpDef {
   // Short usage text for error messages.
   absl::string_view usage;
   // Reads the arguments (calling args.Finish() is done by the caller) and
-  // validates them: InvalidArgument naming the argument.
-  absl::StatusOr<std::unique_ptr<const Op>> (*create)(const OpArgs& args);
+  // validates them: InvalidArgument naming the argument. A function object
+  // so that a plugin's op can carry its plugin's entry points. Thread-safe.
+  std::function<absl::StatusOr<std::unique_ptr<const Op>>(const OpArgs& args)>
+      create;
+  // The plugin that provides the op (its name and path, for messages);
+  // empty for a built-in op. Plugin ops write every argument by name in the
+  // canonical text form, so that processes without the plugin (clients)
+  // read it back.
+  absl::string_view plugin;
 };
 
 }  // namespace stoker::image

@@ -121,6 +121,16 @@ void PlanBuilder::Pixel(const PixelKernel& kernel, const PixelArgs& args) {
   open_warp_ = nullptr;
 }
 
+void PlanBuilder::Custom(std::shared_ptr<const CustomKernel> kernel,
+                         const common::CounterRng& rng) {
+  PlanStep step;
+  step.kind = PlanStep::Kind::kCustom;
+  step.custom.kernel = std::move(kernel);
+  step.custom.rng = rng;
+  plan_.steps.push_back(std::move(step));
+  open_warp_ = nullptr;
+}
+
 void PlanBuilder::Trace(
     absl::string_view op,
     std::initializer_list<std::pair<absl::string_view, double>> params) {

@@ -9,7 +9,8 @@
 //     into that warp: a pipeline's leading geometric ops become the single
 //     source warp, resampled once from the decoded source.
 //   * A pixel op appends a kernel step; the next geometric op then starts a
-//     new warp of the current image, as torchvision would apply it.
+//     new warp of the current image, as torchvision would apply it. A
+//     plugin's op (a custom step) does the same.
 //   * An op that samples outside its input (rotate, translate, padding)
 //     records its input as a clip, so that folded warps fill exactly the
 //     pixels torchvision fills.
@@ -25,10 +26,12 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/strings/string_view.h"
+#include "common/random.h"
 #include "image/plan.h"
 
 namespace stoker::image {
@@ -64,6 +67,11 @@ class PlanBuilder {
 
   // A pixel op: `kernel` with `args` on the current image.
   void Pixel(const PixelKernel& kernel, const PixelArgs& args);
+
+  // A custom pixel op (a plugin's op, image/ops/plugin.h): `kernel` on the
+  // current image, drawing from a copy of `rng` when the sample runs.
+  void Custom(std::shared_ptr<const CustomKernel> kernel,
+              const common::CounterRng& rng);
 
   bool tracing() const { return trace_; }
   // Records an op's drawn parameters (no-op unless tracing).

@@ -237,8 +237,8 @@ absl::StatusOr<OpArgs> Bind(const OpDef& def, Call call) {
   return OpArgs(std::move(named));
 }
 
-absl::StatusOr<OpArgs> ArgsFromProto(const OpDef& def,
-                                     const v1::TransformStep& step) {
+// The step's arguments, each checked alone, as keyword arguments.
+absl::StatusOr<Call> CallFromProto(const v1::TransformStep& step) {
   Call call;
   for (const v1::OpArgument& a : step.args()) {
     ArgValue v;
@@ -259,7 +259,57 @@ absl::StatusOr<OpArgs> ArgsFromProto(const OpDef& def,
     }
     call.keywords.emplace_back(a.name(), std::move(v));
   }
-  return Bind(def, std::move(call));
+  return call;
+}
+
+absl::StatusOr<OpArgs> ArgsFromProto(const OpDef& def,
+                                     const v1::TransformStep& step) {
+  absl::StatusOr<Call> call = CallFromProto(step);
+  if (!call.ok()) return call.status();
+  return Bind(def, *std::move(call));
+}
+
+// The arguments of an op this process does not know: they cannot be
+// checked against a signature, only for form (see allow_unknown_ops).
+absl::Status CheckUnknownOpArgs(const Call& call) {
+  if (!call.positional.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", Quote(call.name),
+        "' is not known in this process (a server plugin's op?), so its "
+        "arguments must be written by name, e.g. ",
+        Quote(call.name), "(name=value)"));
+  }
+  for (size_t i = 0; i < call.keywords.size(); ++i) {
+    const std::string& name = call.keywords[i].first;
+    if (!IsIdentifier(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("malformed argument name '", Quote(name), "'"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (call.keywords[j].first == name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("argument '", name, "' given more than once"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The wire form of a call to an unknown op: its arguments as written.
+void UnknownOpToProto(const Call& call, v1::TransformStep* step) {
+  step->set_op(std::string(call.name));
+  for (const auto& [name, value] : call.keywords) {
+    v1::OpArgument* a = step->add_args();
+    a->set_name(name);
+    for (double x : value.numbers) a->add_numbers(x);
+    a->set_word(value.word);
+    a->set_tuple(value.tuple);
+  }
+}
+
+std::string UnknownOpMessage(absl::string_view name) {
+  return absl::StrCat("unknown op '", Quote(name),
+                      "' (not built in and no --plugin provides it)");
 }
 
 absl::StatusOr<std::unique_ptr<const Op>> Create(const OpDef& def,
@@ -307,20 +357,33 @@ std::string FormatValue(const ArgValue& v) {
   return absl::StrCat("(", absl::StrJoin(parts, ", "), ")");
 }
 
-// A step from the wire, checked alone: its op and arguments.
+// A step from the wire, checked alone: its op and arguments. Both null for
+// an unknown op that the options allow.
 struct CheckedStep {
   const OpDef* def = nullptr;
   std::unique_ptr<const Op> op;
 };
 
-absl::StatusOr<CheckedStep> CheckStep(const v1::TransformStep& step) {
+absl::StatusOr<CheckedStep> CheckStep(const v1::TransformStep& step,
+                                      const TransformCheckOptions& options) {
   CheckedStep out;
   out.def = FindOp(step.op());
   if (out.def == nullptr) {
-    return absl::InvalidArgumentError(
-        step.op().empty() ? std::string("no operation set")
-                          : absl::StrCat("unknown op '", Quote(step.op()),
-                                         "'"));
+    if (step.op().empty()) {
+      return absl::InvalidArgumentError("no operation set");
+    }
+    if (!options.allow_unknown_ops) {
+      return absl::InvalidArgumentError(UnknownOpMessage(step.op()));
+    }
+    if (!IsIdentifier(step.op())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("malformed op name '", Quote(step.op()), "'"));
+    }
+    absl::StatusOr<Call> call = CallFromProto(step);
+    if (!call.ok()) return call.status();
+    call->name = step.op();
+    if (absl::Status s = CheckUnknownOpArgs(*call); !s.ok()) return s;
+    return out;
   }
   absl::StatusOr<OpArgs> args = ArgsFromProto(*out.def, step);
   if (!args.ok()) return args.status();
@@ -344,7 +407,8 @@ std::string FormatStep(const v1::TransformStep& step) {
     return absl::StrCat(step.op().empty() ? "<unset>" : step.op(), "(",
                         absl::StrJoin(parts, ", "), ")");
   }
-  absl::StatusOr<CheckedStep> checked = CheckStep(step);
+  absl::StatusOr<CheckedStep> checked =
+      CheckStep(step, TransformCheckOptions());
   if (!checked.ok()) {
     return absl::StrCat(def->name, "(", absl::StrJoin(parts, ", "), ")");
   }
@@ -359,9 +423,10 @@ std::string FormatStep(const v1::TransformStep& step) {
       continue;
     }
     // Leading arguments in signature order are written by position, as
-    // torchvision users write the size.
-    if (positional && i < def->params.size() && def->params[i] == e.name &&
-        i == 0) {
+    // torchvision users write the size; a plugin op's by name (see
+    // OpDef::plugin).
+    if (positional && def->plugin.empty() && i < def->params.size() &&
+        def->params[i] == e.name && i == 0) {
       parts.push_back(FormatValue(e.value));
     } else {
       positional = false;
@@ -376,7 +441,8 @@ struct CheckedPipeline {
   Size output;
 };
 
-absl::StatusOr<CheckedPipeline> Check(const v1::TransformPipeline& pipeline) {
+absl::StatusOr<CheckedPipeline> Check(const v1::TransformPipeline& pipeline,
+                                      const TransformCheckOptions& options) {
   if (pipeline.steps().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("empty transform pipeline; e.g. ", kExample));
@@ -390,7 +456,7 @@ absl::StatusOr<CheckedPipeline> Check(const v1::TransformPipeline& pipeline) {
   std::optional<Size> size;
   for (int i = 0; i < pipeline.steps_size(); ++i) {
     const v1::TransformStep& step = pipeline.steps(i);
-    absl::StatusOr<CheckedStep> checked = CheckStep(step);
+    absl::StatusOr<CheckedStep> checked = CheckStep(step, options);
     if (!checked.ok()) {
       std::string usage;
       if (const OpDef* def = FindOp(step.op())) {
@@ -400,6 +466,9 @@ absl::StatusOr<CheckedPipeline> Check(const v1::TransformPipeline& pipeline) {
           absl::StrCat(StepLabel(i, FormatStep(step)), ": ",
                        checked.status().message(), usage));
     }
+    // An unknown op (allowed by the options) keeps the size, as every
+    // plugin op does.
+    if (checked->op == nullptr) continue;
     size = checked->op->OutputSize(size);
     out.ops.push_back(std::move(checked->op));
   }
@@ -417,7 +486,8 @@ absl::StatusOr<CheckedPipeline> Check(const v1::TransformPipeline& pipeline) {
 
 }  // namespace
 
-absl::StatusOr<v1::TransformPipeline> ParseTransform(absl::string_view text) {
+absl::StatusOr<v1::TransformPipeline> ParseTransform(
+    absl::string_view text, const TransformCheckOptions& options) {
   v1::TransformPipeline pipeline;
   if (absl::StripAsciiWhitespace(text).empty()) {
     return absl::InvalidArgumentError(
@@ -434,17 +504,23 @@ absl::StatusOr<v1::TransformPipeline> ParseTransform(absl::string_view text) {
     absl::StatusOr<Call> call = ParseCall(step_text);
     absl::Status status = call.status();
     const OpDef* def = nullptr;
+    bool unknown = false;
     if (status.ok()) {
       def = FindOp(call->name);
-      if (def == nullptr) {
+      unknown = def == nullptr;
+      if (unknown && options.allow_unknown_ops) {
+        status = CheckUnknownOpArgs(*call);
+        if (status.ok()) UnknownOpToProto(*call, pipeline.add_steps());
+      } else if (unknown) {
         std::vector<absl::string_view> names;
         for (const OpDef* d : AllOps()) names.push_back(d->name);
-        status = absl::InvalidArgumentError(
-            absl::StrCat("unknown transform '", Quote(call->name),
-                         "'; supported: ", absl::StrJoin(names, ", ")));
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "unknown transform '", Quote(call->name),
+            "' (not built in and no --plugin provides it); supported: ",
+            absl::StrJoin(names, ", ")));
       }
     }
-    if (status.ok()) {
+    if (status.ok() && !unknown) {
       absl::StatusOr<OpArgs> args = Bind(*def, *std::move(call));
       status = args.status();
       if (status.ok()) {
@@ -460,7 +536,7 @@ absl::StatusOr<v1::TransformPipeline> ParseTransform(absl::string_view text) {
           StepLabel(i, step_text), ": ", status.message(), usage));
     }
   }
-  if (absl::Status s = ValidatePipeline(pipeline); !s.ok()) return s;
+  if (absl::Status s = ValidatePipeline(pipeline, options); !s.ok()) return s;
   return pipeline;
 }
 
@@ -472,20 +548,23 @@ std::string FormatTransform(const v1::TransformPipeline& pipeline) {
   return absl::StrJoin(steps, "|");
 }
 
-absl::Status ValidatePipeline(const v1::TransformPipeline& pipeline) {
-  return Check(pipeline).status();
+absl::Status ValidatePipeline(const v1::TransformPipeline& pipeline,
+                              const TransformCheckOptions& options) {
+  return Check(pipeline, options).status();
 }
 
 absl::StatusOr<std::pair<int, int>> OutputSize(
-    const v1::TransformPipeline& pipeline) {
-  absl::StatusOr<CheckedPipeline> checked = Check(pipeline);
+    const v1::TransformPipeline& pipeline,
+    const TransformCheckOptions& options) {
+  absl::StatusOr<CheckedPipeline> checked = Check(pipeline, options);
   if (!checked.ok()) return checked.status();
   return std::make_pair(checked->output.height, checked->output.width);
 }
 
 absl::StatusOr<Transform> Transform::Create(
     const v1::TransformPipeline& pipeline) {
-  absl::StatusOr<CheckedPipeline> checked = Check(pipeline);
+  absl::StatusOr<CheckedPipeline> checked =
+      Check(pipeline, TransformCheckOptions());
   if (!checked.ok()) return checked.status();
   Transform t;
   t.ops_ = std::move(checked->ops);

@@ -14,6 +14,9 @@
 // numbers (decimal, or a quotient "4/3"), tuples "(a, b, ...)" of numbers,
 // or words (bicubic, InterpolationMode.BICUBIC, True, False, None).
 // image/ops/registry.h lists the ops; each op file documents its arguments.
+// Ops from plugins (image/ops/plugin.h) are written the same way once the
+// plugin is loaded; processes without the plugin (clients) can still pass
+// them through with TransformCheckOptions::allow_unknown_ops.
 //
 // Every op draws its random parameters from a CounterRng keyed by
 // HashCombine(SampleKey(seed, epoch, sample), op position), so a sample's
@@ -40,29 +43,52 @@ namespace stoker::image {
 // Most steps a pipeline may have.
 constexpr int kMaxTransformSteps = 16;
 
+// How strictly a process that may not know every op checks a pipeline.
+struct TransformCheckOptions {
+  // Accept ops that are neither built in nor provided by a loaded plugin,
+  // trusting that the server has the plugin: each such step keeps the image
+  // size, its arguments must be written by name (there is no signature to
+  // bind positions to) and go to the wire exactly as written; only the
+  // server checks them. For clients, which load no plugins. Default false:
+  // an unknown op is InvalidArgument.
+  bool allow_unknown_ops = false;
+};
+
+// What clients pass: the server, which has the plugins, checks plugin ops.
+inline constexpr TransformCheckOptions kClientTransformChecks{
+    /*allow_unknown_ops=*/true};
+
 // Parses the text form into the wire form, every argument explicit, and
 // validates it. InvalidArgument naming the step (1-based index and text)
 // and what is expected there.
-absl::StatusOr<v1::TransformPipeline> ParseTransform(absl::string_view text);
+absl::StatusOr<v1::TransformPipeline> ParseTransform(
+    absl::string_view text,
+    const TransformCheckOptions& options = TransformCheckOptions());
 
 // Canonical text form: ops joined by "|", defaults left out, numbers in the
-// shortest form that reads back exactly. For every valid pipeline p,
-// ParseTransform(FormatTransform(p)) equals p. Invalid steps are shown
-// readably.
+// shortest form that reads back exactly. Plugin ops and unknown ops show
+// every argument by name. For every valid pipeline p,
+// ParseTransform(FormatTransform(p)) equals p (with the same options). Invalid
+// steps are shown readably.
 std::string FormatTransform(const v1::TransformPipeline& pipeline);
 
 // Checks a pipeline, e.g. one received on the wire: known ops, valid
 // arguments, at most kMaxTransformSteps steps, and a fixed output size at the
-// end. InvalidArgument naming the step.
-absl::Status ValidatePipeline(const v1::TransformPipeline& pipeline);
+// end. InvalidArgument naming the step; for an unknown op (unless allowed):
+// "unknown op 'X' (not built in and no --plugin provides it)".
+absl::Status ValidatePipeline(
+    const v1::TransformPipeline& pipeline,
+    const TransformCheckOptions& options = TransformCheckOptions());
 
 // The (height, width) of every sample after the pipeline. Validates first.
 absl::StatusOr<std::pair<int, int>> OutputSize(
-    const v1::TransformPipeline& pipeline);
+    const v1::TransformPipeline& pipeline,
+    const TransformCheckOptions& options = TransformCheckOptions());
 
 // A validated pipeline, ready to plan samples.
 class Transform {
  public:
+  // Every op must be known (built in or from a loaded plugin).
   static absl::StatusOr<Transform> Create(
       const v1::TransformPipeline& pipeline);
 
