@@ -66,6 +66,9 @@ ABSL_FLAG(std::string, baseline, "RandomResizedCrop(224)",
           "The pipeline every op is appended to.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the sample keys.");
 ABSL_FLAG(int, cpu, -1, "If >= 0, pins this thread to that CPU.");
+ABSL_FLAG(bool, multicrop, true,
+          "Also time multi-crop (2 global 224 + 6 local 96 views): one "
+          "request's shared decode against eight single-view requests.");
 
 namespace stoker::bench {
 namespace {
@@ -292,6 +295,86 @@ absl::Status Compare(Pipeline& baseline, Pipeline& variant,
   return absl::OkStatus();
 }
 
+// DINO's multi-crop: 2 global and 6 local views of each image, all from
+// one decode (SampleProcessor::ProcessViews, what a request with several
+// image fields gets) against one decode per view (eight single-view
+// requests), alternating passes on the same plans. Prints both.
+absl::Status CompareMultiCrop(const std::vector<Image>& images, uint64_t seed,
+                              double min_seconds, SampleProcessor& processor) {
+  absl::StatusOr<Pipeline> global = MakePipeline(
+      "RandomResizedCrop(224, scale=(0.4, 1))|RandomHorizontalFlip()");
+  absl::StatusOr<Pipeline> local = MakePipeline(
+      "RandomResizedCrop(96, scale=(0.05, 0.4))|RandomHorizontalFlip()");
+  if (!global.ok()) return global.status();
+  if (!local.ok()) return local.status();
+  constexpr int kViews = 8;
+  std::vector<std::vector<uint8_t>> outs(kViews);
+  std::vector<uint8_t*> dsts;
+  for (int v = 0; v < kViews; ++v) {
+    outs[v] = std::vector<uint8_t>(v < 2 ? global->out.size()
+                                         : local->out.size());
+    dsts.push_back(outs[v].data());
+  }
+  Totals shared, separate;
+  auto pass = [&](bool one_decode, int64_t round, Totals* totals) {
+    const int64_t start = ThreadCpuNs();
+    std::vector<SamplePlan> plans(kViews);
+    std::vector<const SamplePlan*> plan_ptrs;
+    for (const SamplePlan& p : plans) plan_ptrs.push_back(&p);
+    for (size_t i = 0; i < images.size(); ++i) {
+      const Image& im = images[i];
+      const uint64_t key =
+          common::SampleKey(seed, round, static_cast<int64_t>(i));
+      for (int v = 0; v < kViews; ++v) {
+        plans[v] = (v < 2 ? global : local)
+                       ->transform.Plan(im.width, im.height,
+                                        common::HashCombine(key, v));
+      }
+      SampleTimings timings;
+      if (one_decode) {
+        absl::Status s = processor.ProcessViews(im.bytes, im.is_jpeg,
+                                                plan_ptrs, dsts, &timings);
+        if (!s.ok()) return s;
+        totals->decode_ns += timings.decode_ns;
+        totals->transform_ns += timings.transform_ns;
+        continue;
+      }
+      for (int v = 0; v < kViews; ++v) {
+        absl::Status s = processor.Process(im.bytes, im.is_jpeg, plans[v],
+                                           dsts[v], &timings);
+        if (!s.ok()) return s;
+        totals->decode_ns += timings.decode_ns;
+        totals->transform_ns += timings.transform_ns;
+      }
+    }
+    totals->cpu_ns += ThreadCpuNs() - start;
+    totals->images += static_cast<int64_t>(images.size());
+    return absl::OkStatus();
+  };
+  Totals warm;
+  if (absl::Status s = pass(true, 0, &warm); !s.ok()) return s;
+  if (absl::Status s = pass(false, 0, &warm); !s.ok()) return s;
+  int64_t round = 1;
+  do {
+    if (absl::Status s = pass(true, round, &shared); !s.ok()) return s;
+    if (absl::Status s = pass(false, round, &separate); !s.ok()) return s;
+    ++round;
+  } while (round <= 2 || shared.cpu_ns * 1e-9 < min_seconds);
+  std::printf(
+      "\nmulti-crop, 2x224 (scale 0.4-1) + 6x96 (scale 0.05-0.4) views per "
+      "image, %lld images:\n"
+      "  one request, one decode (ProcessViews): %.3f CPU-ms/image (decode "
+      "%.3f, transform %.3f)\n"
+      "  eight single-view requests:             %.3f CPU-ms/image (decode "
+      "%.3f, transform %.3f)\n"
+      "  shared decode: %.2fx less CPU per image\n",
+      static_cast<long long>(shared.images), shared.CpuMs(),
+      shared.DecodeMs(), shared.TransformMs(), separate.CpuMs(),
+      separate.DecodeMs(), separate.TransformMs(),
+      separate.CpuMs() / shared.CpuMs());
+  return absl::OkStatus();
+}
+
 struct Row {
   std::string op;
   std::string pipeline;
@@ -446,6 +529,15 @@ int Run() {
       "passes alternating with it; op ms/img: the difference (the op's "
       "cost); decode / transform: the pipeline's SampleTimings split (wall "
       "clock).\n");
+  if (absl::GetFlag(FLAGS_multicrop)) {
+    if (absl::Status s =
+            CompareMultiCrop(*images, seed, min_seconds, processor);
+        !s.ok()) {
+      std::fprintf(stderr, "op_cost_bench: multi-crop: %s\n",
+                   s.ToString().c_str());
+      return 1;
+    }
+  }
   return 0;
 }
 

@@ -1,6 +1,8 @@
 // stoker_fetch: streams epochs from Stoker servers and reports throughput.
 // See README.md; `--help` lists the flags.
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -16,6 +18,7 @@
 #include "absl/time/time.h"
 #include "client/checksum.h"
 #include "client/cursor.h"
+#include "client/field_spec.h"
 #include "client/loader.h"
 #include "client/server_list.h"
 #include "common/command_line.h"
@@ -48,6 +51,15 @@ ABSL_FLAG(double, stall_timeout_s, 10,
           "Seconds without data before a server's stream is reissued.");
 ABSL_FLAG(double, unavailable_deadline_s, 30,
           "Seconds with every server failing before giving up.");
+ABSL_FLAG(std::string, fields, "",
+          "The sample's outputs, e.g. 'image=jpg;png:image, "
+          "mask=seg.png:mask, caption=txt:text, label=cls:class' (see "
+          "client/field_spec.h). Empty: image and .cls label.");
+ABSL_FLAG(std::string, fields_out, "",
+          "With --fields: write every delivered sample's fields to this "
+          "directory as <epoch>/<key>.<field> (image and masks as PPM/PGM/"
+          "PAM, class values as text, bytes as received; '/' in keys becomes "
+          "'_').");
 ABSL_FLAG(std::string, keys_out, "",
           "If set, writes '<epoch> <key>' per delivered sample to this file.");
 ABSL_FLAG(int64_t, stop_after_batches, 0,
@@ -85,16 +97,30 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
     return absl::InvalidArgumentError("--dataset is required");
   }
   absl::StatusOr<stoker::v1::TransformPipeline> transform =
-      stoker::image::ParseTransform(absl::GetFlag(FLAGS_transform));
+      stoker::image::ParseTransform(absl::GetFlag(FLAGS_transform),
+                                    stoker::image::kClientTransformChecks);
   if (!transform.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--transform: ", transform.status().message()));
   }
-  if (absl::Status s = stoker::image::ValidatePipeline(*transform); !s.ok()) {
+  if (absl::Status s = stoker::image::ValidatePipeline(
+          *transform, stoker::image::kClientTransformChecks);
+      !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--transform: ", s.message()));
   }
   options.transform = *std::move(transform);
+  if (!absl::GetFlag(FLAGS_fields).empty()) {
+    absl::StatusOr<std::vector<stoker::client::ParsedField>> fields =
+        stoker::client::ParseFields(absl::GetFlag(FLAGS_fields));
+    if (!fields.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fields: ", fields.status().message()));
+    }
+    options.fields = stoker::client::FieldSpecs(*fields);
+  } else if (!absl::GetFlag(FLAGS_fields_out).empty()) {
+    return absl::InvalidArgumentError("--fields_out needs --fields");
+  }
   options.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.shuffle = absl::GetFlag(FLAGS_shuffle);
@@ -124,6 +150,65 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
     return absl::InvalidArgumentError("--stop_after_batches must be >= 0");
   }
   return options;
+}
+
+// Writes one batch's fields under dir/<epoch>/ (see --fields_out).
+absl::Status WriteFields(const std::string& dir, int64_t epoch,
+                         const stoker::client::HostBatch& batch) {
+  const std::string epoch_dir = absl::StrCat(dir, "/", epoch);
+  ::mkdir(dir.c_str(), 0755);
+  ::mkdir(epoch_dir.c_str(), 0755);
+  const uint8_t* payload = batch.pixels.data();
+  for (int i = 0; i < batch.n; ++i) {
+    std::string key = batch.keys[i];
+    for (char& c : key) {
+      if (c == '/') c = '_';
+    }
+    for (const stoker::client::FieldBatch& field : batch.fields) {
+      std::string path = absl::StrCat(epoch_dir, "/", key, ".", field.name);
+      std::string header;
+      const char* data = nullptr;
+      size_t size = 0;
+      std::string text;
+      switch (field.role) {
+        case stoker::v1::FIELD_ROLE_IMAGE:
+        case stoker::v1::FIELD_ROLE_MASK: {
+          const int h = field.shape[1], w = field.shape[2], c = field.shape[3];
+          size = static_cast<size_t>(h) * w * c;
+          data = reinterpret_cast<const char*>(payload + field.data_offset +
+                                               size * i);
+          if (c == 1 || c == 3) {
+            absl::StrAppend(&path, c == 1 ? ".pgm" : ".ppm");
+            header = absl::StrCat(c == 1 ? "P5" : "P6", "\n", w, " ", h,
+                                  "\n255\n");
+          } else {
+            absl::StrAppend(&path, ".pam");
+            header = absl::StrCat("P7\nWIDTH ", w, "\nHEIGHT ", h,
+                                  "\nDEPTH ", c, "\nMAXVAL 255\nENDHDR\n");
+          }
+          break;
+        }
+        case stoker::v1::FIELD_ROLE_CLASS:
+          text = absl::StrCat(field.labels[i], "\n");
+          data = text.data();
+          size = text.size();
+          break;
+        default:
+          data = reinterpret_cast<const char*>(payload + field.data_offset +
+                                               field.offsets[i]);
+          size = static_cast<size_t>(field.offsets[i + 1] - field.offsets[i]);
+          break;
+      }
+      std::ofstream out(path, std::ios::binary);
+      out << header;
+      out.write(data, static_cast<std::streamsize>(size));
+      if (!out) {
+        return absl::UnavailableError(
+            absl::StrCat("--fields_out: cannot write ", path));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 int Fail(const absl::Status& status) {
@@ -192,6 +277,13 @@ int main(int argc, char** argv) {
       if (absl::IsOutOfRange(batch.status())) break;
       if (!batch.ok()) return Fail(batch.status());
       if (absl::GetFlag(FLAGS_checksum)) checksum.AddBatch(*batch);
+      if (!absl::GetFlag(FLAGS_fields_out).empty()) {
+        if (absl::Status s =
+                WriteFields(absl::GetFlag(FLAGS_fields_out), epoch, *batch);
+            !s.ok()) {
+          return Fail(s);
+        }
+      }
       if (keys_out != nullptr) {
         for (const std::string& key : batch->keys) {
           *keys_out << epoch << ' ' << key << '\n';

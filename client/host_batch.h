@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/stoker.pb.h"
 
 namespace stoker::client {
 
@@ -107,6 +108,20 @@ struct ServerTimings {
   int64_t assemble_wall_ns = 0;
 };
 
+// One requested field of a batch (LoaderOptions::fields). Image and mask
+// pixels and bytes values lie in the batch's pixel buffer at
+// [data_offset, data_offset + data_size).
+struct FieldBatch {
+  std::string name;
+  v1::FieldRole role = v1::FIELD_ROLE_UNSPECIFIED;
+  // Image and mask: (n, height, width, channels). Class and bytes: (n).
+  std::vector<int> shape;
+  std::vector<int32_t> labels;   // class: n values (-1 = missing, kept)
+  std::vector<int64_t> offsets;  // bytes: n + 1 offsets, relative
+  size_t data_offset = 0;
+  size_t data_size = 0;
+};
+
 struct HostBatch {
   int64_t epoch = 0;
   int64_t batch_index = 0;
@@ -115,12 +130,17 @@ struct HostBatch {
   int height = 0;
   int width = 0;
   int channels = 0;
-  PixelBuffer pixels;  // n*height*width*channels bytes
-  std::vector<int32_t> labels;          // n entries
+  // n*height*width*channels image bytes, then (with fields) the masks and
+  // the bytes fields' values.
+  PixelBuffer pixels;
+  // n entries; with fields, the first class field's (empty if none).
+  std::vector<int32_t> labels;
   std::vector<int64_t> sample_indices;  // n entries, global dataset indices
   std::vector<std::string> keys;        // n entries
   std::vector<SkippedSample> skipped;   // samples of this batch left out
   ServerTimings server_timings;
+  // Every requested field, in request order; empty for a classic request.
+  std::vector<FieldBatch> fields;
   // Which server sent it ("host:port").
   std::string server;
 

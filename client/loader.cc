@@ -43,7 +43,9 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
   if (options.dataset.empty()) {
     return absl::InvalidArgumentError("no dataset given");
   }
-  if (absl::Status s = image::ValidatePipeline(options.transform); !s.ok()) {
+  if (absl::Status s = image::ValidatePipeline(options.transform,
+                                               image::kClientTransformChecks);
+      !s.ok()) {
     return s;
   }
   if (absl::Status s = common::ValidateBatching(
@@ -267,6 +269,7 @@ v1::StreamBatchesRequest Loader::MakeRequest(int64_t epoch,
   v1::EpochPlanSpec* plan = request.mutable_plan();
   plan->set_dataset(options_.dataset);
   *plan->mutable_transform() = options_.transform;
+  plan->mutable_fields()->Add(options_.fields.begin(), options_.fields.end());
   plan->set_batch_size(options_.batch_size);
   plan->set_seed(options_.seed);
   plan->set_epoch(epoch);

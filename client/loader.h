@@ -57,6 +57,9 @@ struct LoaderOptions {
   std::string dataset;
   // Transform pipeline (see image/ops/transform.h). Required.
   v1::TransformPipeline transform;
+  // The sample's outputs (see FieldSpec in proto/stoker.proto and
+  // client/field_spec.h). Empty: the classic image + class pair.
+  std::vector<v1::FieldSpec> fields;
   // Samples per batch. Default 256.
   int batch_size = 256;
   uint64_t seed = 0;

@@ -1,5 +1,7 @@
 #include "client/stream_reader.h"
 
+#include <algorithm>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +30,61 @@ StreamReader::StreamReader(grpc::Channel* channel,
 StreamReader::~StreamReader() = default;
 
 bool StreamReader::Read() { return reader_->Read(&message_); }
+
+namespace {
+
+// A received field description, checked against the batch it came with.
+absl::StatusOr<FieldBatch> CheckField(const v1::FieldData& f, int n,
+                                      size_t payload) {
+  FieldBatch field;
+  field.name = f.name();
+  field.role = f.role();
+  field.shape.assign(f.shape().begin(), f.shape().end());
+  const std::string where = absl::StrCat("field '", f.name(), "'");
+  if (field.shape.empty() || field.shape[0] != n) {
+    return absl::DataLossError(absl::StrCat(where, " has another sample count"));
+  }
+  if (f.data_offset() < 0 || f.data_size() < 0 ||
+      static_cast<uint64_t>(f.data_offset()) + f.data_size() > payload) {
+    return absl::DataLossError(absl::StrCat(where, " lies outside the payload"));
+  }
+  field.data_offset = static_cast<size_t>(f.data_offset());
+  field.data_size = static_cast<size_t>(f.data_size());
+  switch (f.role()) {
+    case v1::FIELD_ROLE_IMAGE:
+    case v1::FIELD_ROLE_MASK: {
+      int64_t bytes = 1;
+      for (int d : field.shape) bytes = d < 0 ? -1 : bytes * d;
+      const bool views = f.role() == v1::FIELD_ROLE_IMAGE &&
+                         field.shape.size() == 5;  // (n, repeats, h, w, c)
+      if ((field.shape.size() != 4 && !views) || bytes != f.data_size()) {
+        return absl::DataLossError(
+            absl::StrCat(where, " is not (n, h, w, c) over its bytes"));
+      }
+      break;
+    }
+    case v1::FIELD_ROLE_CLASS:
+      if (f.labels_size() != n) {
+        return absl::DataLossError(absl::StrCat(where, " lacks values"));
+      }
+      field.labels.assign(f.labels().begin(), f.labels().end());
+      break;
+    case v1::FIELD_ROLE_BYTES:
+      if (f.offsets_size() != n + 1 || f.offsets(0) != 0 ||
+          f.offsets(n) != f.data_size() ||
+          !std::is_sorted(f.offsets().begin(), f.offsets().end())) {
+        return absl::DataLossError(absl::StrCat(where, " has bad offsets"));
+      }
+      field.offsets.assign(f.offsets().begin(), f.offsets().end());
+      break;
+    default:
+      return absl::DataLossError(absl::StrCat(where, " has unknown role ",
+                                              f.role()));
+  }
+  return field;
+}
+
+}  // namespace
 
 absl::StatusOr<std::optional<HostBatch>> StreamReader::Decode(
     PixelAllocator* allocator) {
@@ -69,10 +126,13 @@ absl::StatusOr<std::optional<HostBatch>> StreamReader::Decode(
   batch.height = b.shape(1);
   batch.width = b.shape(2);
   batch.channels = b.shape(3);
+  const bool fields = b.fields_size() > 0;
   if (batch.n < 0 || batch.height < 0 || batch.width < 0 ||
-      batch.channels < 0 || batch.pixel_bytes() != batch.pixels.size() ||
-      b.labels_size() != batch.n || b.sample_indices_size() != batch.n ||
-      b.keys_size() != batch.n) {
+      batch.channels < 0 ||
+      (fields ? batch.pixel_bytes() > batch.pixels.size()
+              : batch.pixel_bytes() != batch.pixels.size()) ||
+      (b.labels_size() != batch.n && !(fields && b.labels_size() == 0)) ||
+      b.sample_indices_size() != batch.n || b.keys_size() != batch.n) {
     return absl::DataLossError(absl::StrCat(
         "batch ", b.batch_index(), " is inconsistent: shape (", batch.n, ",",
         batch.height, ",", batch.width, ",", batch.channels, ") with ",
@@ -80,6 +140,15 @@ absl::StatusOr<std::optional<HostBatch>> StreamReader::Decode(
         b.sample_indices_size(), " indices, ", b.keys_size(), " keys"));
   }
   batch.labels.assign(b.labels().begin(), b.labels().end());
+  for (const v1::FieldData& f : b.fields()) {
+    absl::StatusOr<FieldBatch> field =
+        CheckField(f, batch.n, batch.pixels.size());
+    if (!field.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "batch ", b.batch_index(), ": ", field.status().message()));
+    }
+    batch.fields.push_back(*std::move(field));
+  }
   batch.sample_indices.assign(b.sample_indices().begin(),
                               b.sample_indices().end());
   batch.keys.assign(b.keys().begin(), b.keys().end());

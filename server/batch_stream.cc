@@ -90,7 +90,8 @@ PixelBytes::~PixelBytes() {
 
 void SampleWorker::ChargeBuffers() {
   const int64_t kept =
-      processor.kept_buffer_bytes() + static_cast<int64_t>(image_bytes.capacity());
+      processor.kept_buffer_bytes() + fields.kept_bytes() +
+      static_cast<int64_t>(image_bytes.capacity());
   if (kept != charge_.bytes()) {
     charge_.Reset();
     charge_ = budget_->ForceCharge(kept);
@@ -111,6 +112,12 @@ struct BatchStream::Pending {
   int64_t scheduled_ns = 0;
   int64_t done_ns = 0;
   std::vector<v1::SkippedSample> skipped;
+  // Requests with fields: class values [class field][slot], bytes values
+  // [bytes field][slot], and which failed slots lack a skip-if-missing
+  // field (left out quietly, never fatal).
+  std::vector<std::vector<int32_t>> classes;
+  std::vector<std::vector<std::string>> bytes;
+  std::vector<uint8_t> quiet;
 };
 
 std::shared_ptr<BatchStream> BatchStream::Start(
@@ -128,8 +135,10 @@ BatchStream::BatchStream(BatchStreamSetup setup,
                          std::function<void()> on_ready)
     : setup_(std::move(setup)),
       options_(options),
-      sample_bytes_(static_cast<size_t>(setup_.out_height) * setup_.out_width *
-                    3),
+      sample_bytes_(setup_.fields != nullptr
+                        ? setup_.fields->fixed_sample_bytes
+                        : static_cast<size_t>(setup_.out_height) *
+                              setup_.out_width * 3),
       queue_(setup_.pool->NewQueue()),
       on_ready_(std::move(on_ready)),
       next_to_schedule_(setup_.start_batch) {}
@@ -170,6 +179,13 @@ void BatchStream::ScheduleLocked() {
     batch->pixels = std::move(pixels);
     batch->labels.assign(n, 0);
     batch->errors.assign(n, absl::OkStatus());
+    if (setup_.fields != nullptr) {
+      batch->classes.assign(setup_.fields->class_count,
+                            std::vector<int32_t>(n, 0));
+      batch->bytes.assign(setup_.fields->bytes_count,
+                          std::vector<std::string>(n));
+      batch->quiet.assign(n, 0);
+    }
     batch->remaining.store(n);
     batch->scheduled_ns = NowNs();
     Pending* raw = batch.get();
@@ -206,6 +222,8 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
   absl::Status status;
   if (cancelled_.load()) {
     status = absl::CancelledError("stream cancelled");
+  } else if (setup_.fields != nullptr) {
+    status = RunFieldSample(worker, batch, slot);
   } else {
     int64_t t0 = NowNs();
     status = setup_.dataset->Read(sample, &worker->image_bytes,
@@ -242,24 +260,81 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
   }
 }
 
+absl::Status BatchStream::RunFieldSample(SampleWorker* worker, Pending* batch,
+                                         int slot) {
+  const FieldLayout& layout = *setup_.fields;
+  const size_t n = batch->samples.size();
+  FieldTargets targets;
+  size_t base = 0;  // start of the current fixed field's region
+  // Regions in slot order: image first, then the masks as requested.
+  targets.fixed.resize(layout.fixed_count);
+  std::vector<size_t> sizes(layout.fixed_count);
+  for (const FieldLayout::Field& field : layout.fields) {
+    if (field.sample_bytes > 0) sizes[field.slot] = field.sample_bytes;
+  }
+  for (int f = 0; f < layout.fixed_count; ++f) {
+    targets.fixed[f] = batch->pixels->data() + base + sizes[f] * slot;
+    base += sizes[f] * n;
+  }
+  for (std::vector<int32_t>& values : batch->classes) {
+    targets.classes.push_back(&values[slot]);
+  }
+  for (std::vector<std::string>& values : batch->bytes) {
+    targets.bytes.push_back(&values[slot]);
+  }
+  const FieldSampleResult result = server::RunFieldSample(
+      layout, *setup_.dataset, batch->samples[slot], setup_.seed,
+      setup_.epoch, worker->processor, worker->fields, targets);
+  batch->read_ns.fetch_add(result.read_ns, std::memory_order_relaxed);
+  batch->decode_ns.fetch_add(result.timings.decode_ns,
+                             std::memory_order_relaxed);
+  batch->transform_ns.fetch_add(result.timings.transform_ns,
+                                std::memory_order_relaxed);
+  if (result.quiet_skip) batch->quiet[slot] = 1;
+  if (result.status.ok() && layout.class_count > 0) {
+    batch->labels[slot] = batch->classes[0][slot];
+  }
+  return result.status;
+}
+
+void BatchStream::CompactPayload(Pending* batch, const std::vector<int>& keep) {
+  const size_t n = batch->samples.size();
+  std::vector<size_t> sizes;
+  if (setup_.fields == nullptr) {
+    sizes.push_back(sample_bytes_);
+  } else {
+    sizes.resize(setup_.fields->fixed_count);
+    for (const FieldLayout::Field& field : setup_.fields->fields) {
+      if (field.sample_bytes > 0) sizes[field.slot] = field.sample_bytes;
+    }
+  }
+  // Every destination is at or before its source, and sources are visited
+  // in increasing address order, so no byte is overwritten before it moved.
+  uint8_t* data = batch->pixels->data();
+  size_t from_base = 0;
+  size_t to_base = 0;
+  for (const size_t size : sizes) {
+    for (size_t i = 0; i < keep.size(); ++i) {
+      uint8_t* from = data + from_base + size * keep[i];
+      uint8_t* to = data + to_base + size * i;
+      if (from != to) std::memmove(to, from, size);
+    }
+    from_base += size * n;
+    to_base += size * keep.size();
+  }
+}
+
 void BatchStream::FinishBatch(Pending* batch) {
   batch->done_ns = NowNs();
   // Compact away skipped samples so the payload has no holes.
   const int n = static_cast<int>(batch->samples.size());
   std::vector<v1::SkippedSample> skipped;
   absl::Status fatal;
-  int out = 0;
+  std::vector<int> keep;
   for (int slot = 0; slot < n; ++slot) {
     const absl::Status& error = batch->errors[slot];
     if (error.ok()) {
-      if (out != slot) {
-        std::memmove(batch->pixels->data() + sample_bytes_ * out,
-                     batch->pixels->data() + sample_bytes_ * slot,
-                     sample_bytes_);
-        batch->samples[out] = batch->samples[slot];
-        batch->labels[out] = batch->labels[slot];
-      }
-      ++out;
+      keep.push_back(slot);
       continue;
     }
     if (absl::IsCancelled(error)) {
@@ -273,7 +348,8 @@ void BatchStream::FinishBatch(Pending* batch) {
     s.set_key(record.key);
     s.set_shard(setup_.dataset->shard_path(record.shard));
     s.set_reason(std::string(error.message()));
-    if (setup_.fail_on_bad_sample && fatal.ok()) {
+    const bool quiet = !batch->quiet.empty() && batch->quiet[slot] != 0;
+    if (setup_.fail_on_bad_sample && fatal.ok() && !quiet) {
       const std::string where = absl::StrCat(
           "sample '", s.key(), "' (index ", sample, ") in shard ", s.shard());
       // InvalidArgument: the request's transform does not fit this image;
@@ -287,8 +363,22 @@ void BatchStream::FinishBatch(Pending* batch) {
     if (setup_.on_skipped) setup_.on_skipped(s);
     skipped.push_back(std::move(s));
   }
+  const int out = static_cast<int>(keep.size());
+  CompactPayload(batch, keep);
+  for (int i = 0; i < out; ++i) {
+    batch->samples[i] = batch->samples[keep[i]];
+    batch->labels[i] = batch->labels[keep[i]];
+    for (std::vector<int32_t>& values : batch->classes) {
+      values[i] = values[keep[i]];
+    }
+    for (std::vector<std::string>& values : batch->bytes) {
+      if (i != keep[i]) values[i] = std::move(values[keep[i]]);
+    }
+  }
   batch->samples.resize(out);
   batch->labels.resize(out);
+  for (std::vector<int32_t>& values : batch->classes) values.resize(out);
+  for (std::vector<std::string>& values : batch->bytes) values.resize(out);
   batch->pixels->Shrink(sample_bytes_ * out);
   batch->errors.clear();
   batch->skipped = std::move(skipped);
@@ -337,7 +427,9 @@ BatchStream::Polled BatchStream::Poll() {
     header.add_shape(3);
     header.set_dtype(v1::DTYPE_UINT8);
     header.set_layout(v1::LAYOUT_NHWC);
-    header.mutable_labels()->Add(batch->labels.begin(), batch->labels.end());
+    if (setup_.fields == nullptr || setup_.fields->class_count > 0) {
+      header.mutable_labels()->Add(batch->labels.begin(), batch->labels.end());
+    }
     header.mutable_sample_indices()->Add(batch->samples.begin(),
                                          batch->samples.end());
     for (int64_t sample : batch->samples) {
@@ -351,6 +443,7 @@ BatchStream::Polled BatchStream::Poll() {
     t->set_decode_ns(batch->decode_ns.load());
     t->set_transform_ns(batch->transform_ns.load());
     t->set_assemble_wall_ns(batch->done_ns - batch->scheduled_ns);
+    if (setup_.fields != nullptr) DescribeFields(batch.get(), &polled.batch);
     polled.batch.pixels = std::move(batch->pixels);
     summary_.set_batches(summary_.batches() + 1);
     summary_.set_samples(summary_.samples() + n);
@@ -372,6 +465,72 @@ BatchStream::Polled BatchStream::Poll() {
     polled.summary = summary_;
   }
   return polled;
+}
+
+void BatchStream::DescribeFields(Pending* batch, ReadyBatch* ready) {
+  const FieldLayout& layout = *setup_.fields;
+  const int n = static_cast<int>(batch->samples.size());
+  v1::Batch& header = ready->header;
+  // Fixed fields' regions, in payload order.
+  std::vector<int64_t> fixed_offset(layout.fixed_count + 1, 0);
+  for (const FieldLayout::Field& field : layout.fields) {
+    if (field.sample_bytes > 0) {
+      fixed_offset[field.slot + 1] = static_cast<int64_t>(field.sample_bytes) * n;
+    }
+  }
+  for (int f = 0; f < layout.fixed_count; ++f) {
+    fixed_offset[f + 1] += fixed_offset[f];
+  }
+  int64_t extra_offset = fixed_offset[layout.fixed_count];
+  size_t extra_size = 0;
+  for (const std::vector<std::string>& values : batch->bytes) {
+    for (const std::string& v : values) extra_size += v.size();
+  }
+  ready->extra.reserve(extra_size);
+  // Already allocated: charged even past the limit; streams then wait.
+  ready->extra_charge =
+      setup_.budget->ForceCharge(static_cast<int64_t>(extra_size));
+  for (const FieldLayout::Field& field : layout.fields) {
+    v1::FieldData* data = header.add_fields();
+    data->set_name(field.spec.name());
+    data->set_role(field.spec.role());
+    data->add_shape(n);
+    switch (field.spec.role()) {
+      case v1::FIELD_ROLE_IMAGE:
+      case v1::FIELD_ROLE_MASK:
+        if (field.repeats > 1) data->add_shape(field.repeats);
+        data->add_shape(field.out_height);
+        data->add_shape(field.out_width);
+        data->add_shape(field.spec.role() == v1::FIELD_ROLE_IMAGE
+                            ? 3
+                            : field.spec.channels());
+        data->set_data_offset(fixed_offset[field.slot]);
+        data->set_data_size(fixed_offset[field.slot + 1] -
+                            fixed_offset[field.slot]);
+        break;
+      case v1::FIELD_ROLE_CLASS: {
+        const std::vector<int32_t>& values = batch->classes[field.slot];
+        data->mutable_labels()->Add(values.begin(), values.end());
+        break;
+      }
+      case v1::FIELD_ROLE_BYTES: {
+        data->set_data_offset(extra_offset);
+        int64_t offset = 0;
+        data->add_offsets(0);
+        for (std::string& v : batch->bytes[field.slot]) {
+          offset += static_cast<int64_t>(v.size());
+          data->add_offsets(offset);
+          ready->extra.append(v);
+          std::string().swap(v);
+        }
+        data->set_data_size(offset);
+        extra_offset += offset;
+        break;
+      }
+      default:
+        break;
+    }
+  }
 }
 
 void BatchStream::Drain() {

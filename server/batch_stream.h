@@ -38,6 +38,7 @@
 #include "proto/stoker.pb.h"
 #include "server/dataset.h"
 #include "server/memory_budget.h"
+#include "server/sample_fields.h"
 #include "server/worker_pool.h"
 
 namespace stoker::server {
@@ -55,6 +56,8 @@ class SampleWorker : public WorkerContext {
 
   image::SampleProcessor processor;
   std::string image_bytes;
+  // Buffers for requests that name their fields.
+  FieldScratch fields;
 
  private:
   const std::shared_ptr<MemoryBudget> budget_;
@@ -84,6 +87,9 @@ struct BatchStreamSetup {
   std::shared_ptr<const image::Transform> transform;
   int out_height = 0;
   int out_width = 0;
+  // The request's fields (see server/sample_fields.h); null for a classic
+  // (image, class) request.
+  std::shared_ptr<const FieldLayout> fields;
   int64_t start_batch = 0;
   int64_t end_batch = 0;  // exclusive, <= plan.num_batches()
   bool fail_on_bad_sample = false;
@@ -157,6 +163,10 @@ class PixelBytes {
 struct ReadyBatch {
   v1::Batch header;
   std::unique_ptr<PixelBytes> pixels;
+  // Bytes fields' values, sent after `pixels` as part of Batch.pixels, with
+  // the budget charge that pays for them.
+  std::string extra;
+  MemoryBudget::Charge extra_charge;
 };
 
 class BatchStream : public std::enable_shared_from_this<BatchStream> {
@@ -204,6 +214,14 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   // The budget granted the next batch's memory.
   void OnMemoryGranted(MemoryBudget::Charge charge);
   void RunSample(WorkerContext* context, Pending* batch, int slot);
+  // RunSample for requests that name their fields.
+  absl::Status RunFieldSample(SampleWorker* worker, Pending* batch, int slot);
+  // Moves the kept samples' fixed-size outputs together (payload layout in
+  // server/sample_fields.h): `keep` lists kept slots in increasing order.
+  void CompactPayload(Pending* batch, const std::vector<int>& keep);
+  // Adds the fields' descriptions (and the bytes fields' values) to a
+  // finished batch.
+  void DescribeFields(Pending* batch, ReadyBatch* ready);
   void FinishBatch(Pending* batch);
   void Notify();
 

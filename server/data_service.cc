@@ -150,8 +150,27 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   absl::StatusOr<image::Transform> transform =
       image::Transform::Create(spec.transform());
   if (!transform.ok()) return transform.status();
-  const int height = transform->output_size().height;
-  const int width = transform->output_size().width;
+  int height = transform->output_size().height;
+  int width = transform->output_size().width;
+  auto shared_transform =
+      std::make_shared<const image::Transform>(*std::move(transform));
+  std::shared_ptr<const FieldLayout> fields;
+  if (!spec.fields().empty()) {
+    absl::StatusOr<FieldLayout> layout =
+        MakeFieldLayout(spec.fields(), shared_transform);
+    if (!layout.ok()) return layout.status();
+    layout->max_image_pixels = options_.processor.max_image_pixels;
+    // The batch's shape is the image field's (the first image field).
+    const FieldLayout::Field& image = layout->fields[layout->image];
+    shared_transform = image.transform;
+    width = image.out_width;
+    height = image.out_height;
+    fields = std::make_shared<const FieldLayout>(*std::move(layout));
+  }
+  // Bytes per sample of the fixed-size outputs (image and masks).
+  const int64_t sample_bytes =
+      fields != nullptr ? static_cast<int64_t>(fields->fixed_sample_bytes)
+                        : int64_t{height} * width * 3;
 
   common::EpochPlanParams params;
   params.num_samples = dataset.sample_count();
@@ -168,18 +187,22 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
       !s.ok()) {
     return s;
   }
-  const int64_t batch_bytes =
-      int64_t{spec.batch_size()} * height * width * 3;
+  const int64_t batch_bytes = int64_t{spec.batch_size()} * sample_bytes;
+  const std::string batch_shape =
+      fields != nullptr
+          ? absl::StrCat(spec.batch_size(), " samples of ", sample_bytes,
+                         " image and mask bytes")
+          : absl::StrCat(spec.batch_size(), "x", height, "x", width, "x3");
   if (batch_bytes > options_.max_batch_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "a batch of ", spec.batch_size(), "x", height, "x", width,
-        "x3 is ", batch_bytes, " bytes; this server's limit is ",
-        options_.max_batch_bytes, " (--max_batch_bytes)"));
+        "a batch of ", batch_shape, " is ", batch_bytes,
+        " bytes; this server's limit is ", options_.max_batch_bytes,
+        " (--max_batch_bytes)"));
   }
   if (batch_bytes > budget_->limit()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "a batch of ", spec.batch_size(), "x", height, "x", width, "x3 is ",
-        batch_bytes, " bytes, more than this server's whole memory budget of ",
+        "a batch of ", batch_shape, " is ", batch_bytes,
+        " bytes, more than this server's whole memory budget of ",
         budget_->limit(), " bytes (--max_memory_bytes); ask for smaller "
         "batches"));
   }
@@ -233,10 +256,10 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   setup.plan = *std::move(plan);
   setup.seed = spec.seed();
   setup.epoch = spec.epoch();
-  setup.transform =
-      std::make_shared<const image::Transform>(*std::move(transform));
+  setup.transform = std::move(shared_transform);
   setup.out_height = height;
   setup.out_width = width;
+  setup.fields = std::move(fields);
   setup.start_batch = start;
   setup.end_batch = end;
   setup.fail_on_bad_sample =

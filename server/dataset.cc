@@ -187,7 +187,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset '", name, "': the ", dataset->shard_count(),
         " shards matching '", glob,
-        "' hold no samples (need <key>.jpg/.jpeg/.png with <key>.cls)"));
+        "' hold no samples (no member named <key>.<extension>)"));
   }
   spdlog::info(
       "dataset '{}': {} samples ({} defective) in {} shards, {} bytes, "
@@ -275,6 +275,19 @@ absl::Status Dataset::Read(int64_t index, std::string* image_bytes,
   const Shard& shard = shards_[ShardOf(index)];
   return shard.reader->ReadSample(
       shard.index.samples()[index - shard.first_sample], image_bytes, label);
+}
+
+absl::Status Dataset::ReadMembers(int64_t index,
+                                  const std::vector<const MemberRef*>& members,
+                                  const std::vector<std::string*>& outs) const {
+  if (index < 0 || index >= sample_count_) {
+    return absl::OutOfRangeError(absl::StrCat("dataset '", name_, "': sample ",
+                                              index, " is outside [0, ",
+                                              sample_count_, ")"));
+  }
+  const Shard& shard = shards_[ShardOf(index)];
+  return shard.reader->ReadMembers(
+      shard.index.samples()[index - shard.first_sample], members, outs);
 }
 
 }  // namespace stoker::server

@@ -122,6 +122,13 @@ class Dataset {
   absl::Status Read(int64_t index, std::string* image_bytes,
                     int32_t* label) const;
 
+  // Reads members of global sample `index` (pointers into
+  // record(index).members) into `outs`; see ShardReader::ReadMembers.
+  // OutOfRange for an index outside [0, sample_count()).
+  absl::Status ReadMembers(int64_t index,
+                           const std::vector<const MemberRef*>& members,
+                           const std::vector<std::string*>& outs) const;
+
  private:
   struct Shard {
     ShardIndex index;

@@ -23,15 +23,28 @@ grpc::ByteBuffer SerializedBuffer(const std::string& bytes) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-// Prefix slice plus a slice that owns and points into the pixel buffer.
+// Prefix slice plus a slice that owns and points into the pixel buffer,
+// plus one that owns the bytes fields' values (if any).
 grpc::ByteBuffer EncodeBatch(ReadyBatch batch) {
   PixelBytes* pixels = batch.pixels.release();
-  grpc::Slice slices[2] = {
-      grpc::Slice(common::EncodeBatchPrefix(batch.header, pixels->size())),
+  const size_t extra_size = batch.extra.size();
+  grpc::Slice slices[3] = {
+      grpc::Slice(common::EncodeBatchPrefix(batch.header,
+                                            pixels->size() + extra_size)),
       grpc::Slice(
           pixels->data(), pixels->size(),
-          [](void* p) { delete static_cast<PixelBytes*>(p); }, pixels)};
-  return grpc::ByteBuffer(slices, 2);
+          [](void* p) { delete static_cast<PixelBytes*>(p); }, pixels),
+      grpc::Slice()};
+  if (extra_size == 0) return grpc::ByteBuffer(slices, 2);
+  struct Extra {
+    std::string bytes;
+    MemoryBudget::Charge charge;
+  };
+  auto* extra = new Extra{std::move(batch.extra), std::move(batch.extra_charge)};
+  slices[2] = grpc::Slice(
+      extra->bytes.data(), extra->bytes.size(),
+      [](void* p) { delete static_cast<Extra*>(p); }, extra);
+  return grpc::ByteBuffer(slices, 3);
 }
 
 class StreamReactor;

@@ -165,11 +165,12 @@ bool ParsePax(absl::string_view data, PaxOverrides* out) {
   return true;
 }
 
-enum class MemberKind { kIgnored, kImage, kLabel };
+enum class MemberKind { kIgnored, kImage, kLabel, kOther };
 
 struct MemberName {
   MemberKind kind = MemberKind::kIgnored;
   std::string key;
+  std::string extension;  // lowercase
   ImageFormat format = ImageFormat::kJpeg;
 };
 
@@ -183,18 +184,23 @@ MemberName ClassifyMember(absl::string_view name) {
   if (base.empty() || base[0] == '.') return out;
   const size_t dot = base.find('.');
   if (dot == absl::string_view::npos) return out;
-  const std::string ext = absl::AsciiStrToLower(base.substr(dot + 1));
+  std::string ext = absl::AsciiStrToLower(base.substr(dot + 1));
+  if (ext.empty()) return out;
   if (ext == "jpg" || ext == "jpeg") {
     out.kind = MemberKind::kImage;
     out.format = ImageFormat::kJpeg;
   } else if (ext == "png") {
     out.kind = MemberKind::kImage;
     out.format = ImageFormat::kPng;
+  } else if (ext == "webp") {
+    out.kind = MemberKind::kImage;
+    out.format = ImageFormat::kWebp;
   } else if (ext == "cls") {
     out.kind = MemberKind::kLabel;
   } else {
-    return out;
+    out.kind = MemberKind::kOther;
   }
+  out.extension = std::move(ext);
   out.key = std::string(name.substr(0, base_start + dot));
   return out;
 }
@@ -368,6 +374,9 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
   std::vector<SampleRecord>& samples = index.samples_;
   std::vector<CorruptRegion>& regions = index.corrupt_regions_;
   absl::flat_hash_map<std::string, size_t> by_key;
+  // Members of keys that have no image or label member yet: they join the
+  // sample if one comes later; keys with neither are not samples.
+  absl::flat_hash_map<std::string, std::vector<MemberRef>> waiting;
   // Per sample: how many corrupt regions preceded its first member.
   std::vector<size_t> first_region;
   // Per sample: whether its defect is due to corruption or truncation.
@@ -578,12 +587,31 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
     }
 
     MemberName member = ClassifyMember(name);
-    if (member.kind != MemberKind::kIgnored) {
+    if (member.kind == MemberKind::kOther && !cut_off &&
+        !by_key.contains(member.key)) {
+      std::vector<MemberRef>& members = waiting[member.key];
+      const bool duplicate = std::any_of(
+          members.begin(), members.end(),
+          [&](const MemberRef& m) { return m.extension == member.extension; });
+      // A duplicate becomes the sample's defect if the key gets one.
+      members.push_back(
+          MemberRef{duplicate ? "" : member.extension, data_offset, *size});
+    } else if (member.kind != MemberKind::kIgnored) {
       auto [it, inserted] = by_key.try_emplace(member.key, samples.size());
       if (inserted) {
         SampleRecord record;
         record.key = member.key;
         record.shard = shard_id;
+        if (auto w = waiting.find(member.key); w != waiting.end()) {
+          for (MemberRef& m : w->second) {
+            if (m.extension.empty()) {
+              SetDefect(&record, "duplicate member of the same extension");
+            } else {
+              record.members.push_back(std::move(m));
+            }
+          }
+          waiting.erase(w);
+        }
         samples.push_back(std::move(record));
         first_region.push_back(regions.size());
         damaged.push_back(false);
@@ -603,6 +631,8 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
       }
       if (cut_off) {
         cut_sample = i;
+      } else if (member.kind == MemberKind::kOther) {
+        // Only in `members`.
       } else if (member.kind == MemberKind::kImage) {
         if (record.image_offset >= 0) {
           SetDefect(&record,
@@ -623,6 +653,18 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
         } else {
           record.label_offset = data_offset;
           record.label_size = *size;
+        }
+      }
+      if (!cut_off) {
+        // After the image and label checks, whose messages name the kind.
+        const bool duplicate = std::any_of(
+            record.members.begin(), record.members.end(),
+            [&](const MemberRef& m) { return m.extension == member.extension; });
+        if (duplicate) {
+          SetDefect(&record, absl::StrCat("duplicate member '", name, "'"));
+        } else {
+          record.members.push_back(
+              MemberRef{std::move(member.extension), data_offset, *size});
         }
       }
     }
@@ -658,6 +700,7 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
   }
   for (size_t i = 0; i < samples.size(); ++i) {
     SampleRecord& record = samples[i];
+    record.damage = record.defect;
     if (record.image_offset < 0) SetDefect(&record, "no image member");
     if (record.label_offset < 0) SetDefect(&record, "no label member");
     if (record.image_size == 0) SetDefect(&record, "empty image member");
@@ -755,6 +798,36 @@ absl::Status ShardReader::ReadSample(const SampleRecord& record,
   // here, and its message beats a short read or a garbled label.
   const absl::Status unchanged = CheckUnchanged(record);
   return unchanged.ok() ? status : unchanged;
+}
+
+absl::Status ShardReader::ReadMembers(
+    const SampleRecord& record, const std::vector<const MemberRef*>& members,
+    const std::vector<std::string*>& outs) const {
+  if (!record.damage.empty()) {
+    return absl::DataLossError(absl::StrCat(
+        "sample '", record.key, "' in shard '", path_, "': ", record.damage));
+  }
+  if (members.size() != outs.size()) {
+    return absl::InternalError("ReadMembers: members and outputs differ");
+  }
+  absl::Status status;
+  for (size_t i = 0; i < members.size() && status.ok(); ++i) {
+    outs[i]->resize(members[i]->size);
+    status = ReadFully(record, members[i]->offset, members[i]->size,
+                       outs[i]->data());
+  }
+  const absl::Status unchanged = CheckUnchanged(record);
+  return unchanged.ok() ? status : unchanged;
+}
+
+const MemberRef* SampleRecord::FindMember(
+    const std::vector<std::string>& extensions) const {
+  for (const std::string& extension : extensions) {
+    for (const MemberRef& member : members) {
+      if (member.extension == extension) return &member;
+    }
+  }
+  return nullptr;
 }
 
 absl::Status ShardReader::ReadUnchecked(const SampleRecord& record,

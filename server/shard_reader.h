@@ -13,13 +13,15 @@
 // Grouping (the WebDataset rule): for a member path "dir/name.ext1.ext2" the
 // key is the path up to the first '.' of the last path component
 // ("dir/name"), and the extension is everything after that dot
-// ("ext1.ext2"). Members whose last component starts with '.' or has no '.'
-// are ignored. A sample is the set of members sharing a key:
-//   - image member: extension "jpg", "jpeg" or "png" (case-insensitive);
-//   - label member: extension "cls" (case-insensitive), decimal integer text
-//     such as "7\n".
-// Members with any other extension are ignored; a key that only has ignored
-// members produces no sample.
+// ("ext1.ext2", compared case-insensitively). Members whose last component
+// starts with '.' or has no '.' are ignored. A sample is the set of members
+// sharing a key that has an image or a label member:
+//   - image member: extension "jpg", "jpeg", "png" or "webp";
+//   - label member: extension "cls", decimal integer text such as "7\n".
+// Every member of a sample is recorded (SampleRecord::members) for requests
+// that name their fields (seg.png, txt, json, ...); keys with neither an
+// image nor a label member (e.g. a stray README.txt) are not samples. A
+// sample without both is defective for the classic request only.
 //
 // Indexing (ShardIndex) reads only tar headers and seeks over member data
 // (it scans for headers only after a corrupt one and in the bytes after the
@@ -38,7 +40,15 @@
 
 namespace stoker::server {
 
-enum class ImageFormat { kJpeg, kPng };
+enum class ImageFormat { kJpeg, kPng, kWebp };
+
+// One member of a sample: its extension (everything after the first dot of
+// the member's base name, lowercased, e.g. "seg.png") and where its data is.
+struct MemberRef {
+  std::string extension;
+  int64_t offset = 0;
+  int64_t size = 0;
+};
 
 // Where one sample's members live inside its shard. Plain value type.
 struct SampleRecord {
@@ -64,6 +74,19 @@ struct SampleRecord {
   // ShardIndex::Build). ShardReader::ReadSample refuses such a record with
   // DataLoss carrying this text.
   std::string defect;
+  // Every member of the sample, in tar order (the image and label members
+  // included), for requests that name their fields.
+  std::vector<MemberRef> members;
+  // The part of `defect` that spoils every member (damage, duplicate
+  // members); empty when the sample's only defect is a missing or empty
+  // image or label member, which matters only to requests that want one.
+  // ShardReader::ReadMembers refuses records with a non-empty damage.
+  std::string damage;
+
+  // The first member whose extension is one of `extensions`, tried in that
+  // order; null if there is none.
+  const MemberRef* FindMember(const std::vector<std::string>& extensions)
+      const;
 };
 
 // A stretch of a shard that indexing skipped because a tar header in it was
@@ -260,6 +283,14 @@ class ShardReader {
   //   On error the outputs are unspecified.
   absl::Status ReadSample(const SampleRecord& record, std::string* image_bytes,
                           int32_t* label) const;
+
+  // Reads members of `record` (pointers into record.members) into `outs`
+  // (one string per member, capacity reused). Errors as ReadSample, except
+  // that only record.damage (not a missing image or label) refuses the
+  // sample.
+  absl::Status ReadMembers(const SampleRecord& record,
+                           const std::vector<const MemberRef*>& members,
+                           const std::vector<std::string*>& outs) const;
 
  private:
   ShardReader(std::string path, int fd, int64_t size, absl::Time mtime)
