@@ -116,36 +116,4 @@ void WarpNearest(const WarpStep& warp, const uint8_t* src, int width,
   }
 }
 
-absl::Status WarpMask(const SamplePlan& plan, int source_width,
-                      int source_height, const MaskImage& mask, uint8_t fill,
-                      uint8_t* dst, std::vector<uint8_t> scratch[2]) {
-  if (mask.width != source_width || mask.height != source_height) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mask is ", mask.width, "x", mask.height, " but its image is ",
-        source_width, "x", source_height));
-  }
-  std::vector<const WarpStep*> warps = {&plan.source_warp};
-  for (const PlanStep& step : plan.steps) {
-    if (step.kind == PlanStep::Kind::kWarp) warps.push_back(&step.warp);
-  }
-  const uint8_t* src = mask.pixels.data();
-  int width = mask.width;
-  int height = mask.height;
-  for (size_t i = 0; i < warps.size(); ++i) {
-    const WarpStep& warp = *warps[i];
-    uint8_t* out = dst;
-    if (i + 1 < warps.size()) {
-      std::vector<uint8_t>& buffer = scratch[i % 2];
-      buffer.resize(static_cast<size_t>(warp.out_width) * warp.out_height *
-                    mask.channels);
-      out = buffer.data();
-    }
-    WarpNearest(warp, src, width, height, mask.channels, fill, out);
-    src = out;
-    width = warp.out_width;
-    height = warp.out_height;
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace stoker::image

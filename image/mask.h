@@ -9,8 +9,8 @@
 // Nearest sampling: output pixel (x, y) takes the source pixel
 // (floor(u), floor(v)), where (u, v) is the warp's map of the pixel centre
 // (x + 0.5, y + 0.5); a centre that maps outside the source or outside any
-// of the warp's clips (padding, rotation) takes `fill`. A plan's warps (the
-// source warp, then each warp step) run in order; its pixel steps do not
+// of the warp's clips (padding, rotation) takes `fill`. SampleProcessor
+// runs a plan's warps on masks in step with the image; pixel steps do not
 // touch masks. Pure compute; thread-compatible.
 
 #include <cstdint>
@@ -37,15 +37,6 @@ struct MaskImage {
 // decoding, if the header claims more than `max_pixels` pixels.
 absl::Status DecodeMask(absl::string_view bytes, int channels,
                         int64_t max_pixels, MaskImage* out);
-
-// Writes the mask warped by `plan`'s warps to `dst`: plan.out_height() rows
-// of plan.out_width() pixels of mask.channels bytes, packed. `scratch` holds
-// the images between warps (reused). InvalidArgument if the plan's source
-// warp is not sized for a mask of this size (`source_width` x
-// `source_height` is the image the plan was drawn for).
-absl::Status WarpMask(const SamplePlan& plan, int source_width,
-                      int source_height, const MaskImage& mask, uint8_t fill,
-                      uint8_t* dst, std::vector<uint8_t> scratch[2]);
 
 // One warp of `src` (width x height x channels) into `dst`
 // (warp.out_width x warp.out_height x channels), nearest as above.

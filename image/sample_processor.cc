@@ -135,6 +135,13 @@ void SampleProcessor::ReleaseLargeBuffers() {
       std::vector<uint8_t>().swap(image);
     }
   }
+  for (auto& pair : mask_images_) {
+    for (std::vector<uint8_t>& image : pair) {
+      if (image.capacity() > kMaxKeptScratchBytes) {
+        std::vector<uint8_t>().swap(image);
+      }
+    }
+  }
   warper_.ReleaseBuffersOver(kMaxKeptScratchBytes);
 }
 
@@ -157,7 +164,7 @@ absl::Status SampleProcessor::Process(absl::string_view bytes, bool is_jpeg,
 absl::Status SampleProcessor::ProcessViews(
     absl::string_view bytes, bool is_jpeg,
     absl::Span<const SamplePlan* const> plans, absl::Span<uint8_t* const> dsts,
-    SampleTimings* timings) {
+    SampleTimings* timings, absl::Span<const MaskJob> masks) {
   if (plans.empty() || plans.size() != dsts.size()) {
     return absl::InvalidArgumentError("one destination per plan is needed");
   }
@@ -174,6 +181,13 @@ absl::Status SampleProcessor::ProcessViews(
   if (!header.ok()) return header.status();
   const int width = static_cast<int>(header->width);
   const int height = static_cast<int>(header->height);
+  for (const MaskJob& job : masks) {
+    if (job.source->width != width || job.source->height != height) {
+      return absl::DataLossError(absl::StrCat(
+          "mask is ", job.source->width, "x", job.source->height,
+          " but its image is ", width, "x", height));
+    }
+  }
   for (const WarpStep* warp : warps) {
     if (!WarpReadsInput(*warp, width, height)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -194,7 +208,11 @@ absl::Status SampleProcessor::ProcessViews(
   }
   const int64_t t1 = timings != nullptr ? NowNs() : 0;
   for (size_t v = 0; v < plans.size(); ++v) {
-    if (absl::Status s = RunPlan(*plans[v], dsts[v]); !s.ok()) return s;
+    if (absl::Status s = RunPlan(*plans[v], dsts[v],
+                                 v == 0 ? masks : absl::Span<const MaskJob>());
+        !s.ok()) {
+      return s;
+    }
   }
   if (timings != nullptr) {
     const int64_t t2 = NowNs();
@@ -204,7 +222,8 @@ absl::Status SampleProcessor::ProcessViews(
   return absl::OkStatus();
 }
 
-absl::Status SampleProcessor::RunPlan(const SamplePlan& plan, uint8_t* dst) {
+absl::Status SampleProcessor::RunPlan(const SamplePlan& plan, uint8_t* dst,
+                                      absl::Span<const MaskJob> masks) {
   // The last warp writes straight into dst; earlier ones into the ping-pong
   // buffers. Pixel steps work in place on whatever is current.
   int last_warp = -1;
@@ -248,6 +267,31 @@ absl::Status SampleProcessor::RunPlan(const SamplePlan& plan, uint8_t* dst) {
       !s.ok()) {
     return unsupported(s);
   }
+  // Masks take every warp of the image, nearest-neighbour, in step with it
+  // (so a custom step sees the mask aligned with the image).
+  if (mask_images_.size() < masks.size()) mask_images_.resize(masks.size());
+  std::vector<MaskView> mask_views(masks.size());
+  const auto warp_masks = [&](const WarpStep& warp, int step_index,
+                              int buffer) {
+    for (size_t k = 0; k < masks.size(); ++k) {
+      const MaskJob& job = masks[k];
+      const int c = job.source->channels;
+      uint8_t* out =
+          step_index == last_warp
+              ? job.dst
+              : Reserve(&mask_images_[k][buffer], static_cast<size_t>(c) *
+                                                      warp.out_width *
+                                                      warp.out_height);
+      const bool first = step_index < 0;
+      WarpNearest(warp, first ? job.source->pixels.data() : mask_views[k].data,
+                  first ? job.source->width : mask_views[k].width,
+                  first ? job.source->height : mask_views[k].height, c,
+                  job.fill, out);
+      mask_views[k] = MaskView{out, warp.out_width, warp.out_height, c,
+                               c * warp.out_width};
+    }
+  };
+  warp_masks(plan.source_warp, -1, buffer);
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& step = plan.steps[i];
     if (step.kind == PlanStep::Kind::kPixel) {
@@ -255,7 +299,9 @@ absl::Status SampleProcessor::RunPlan(const SamplePlan& plan, uint8_t* dst) {
       continue;
     }
     if (step.kind == PlanStep::Kind::kCustom) {
-      if (absl::Status s = RunCustomStep(step.custom, current, nullptr);
+      if (absl::Status s = RunCustomStep(
+              step.custom, current,
+              mask_views.empty() ? nullptr : &mask_views.front());
           !s.ok()) {
         return s;
       }
@@ -275,6 +321,7 @@ absl::Status SampleProcessor::RunPlan(const SamplePlan& plan, uint8_t* dst) {
         !s.ok()) {
       return unsupported(s);
     }
+    warp_masks(step.warp, static_cast<int>(i), buffer);
     current = next;
   }
   return absl::OkStatus();

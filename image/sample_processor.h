@@ -16,6 +16,7 @@
 // full decode. The second trades a little fidelity (typically > 40 dB PSNR
 // against the exact result) for speed.
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "absl/types/span.h"
 #include "image/image_probe.h"
 #include "image/jpeg_decoder.h"
+#include "image/mask.h"
 #include "image/plan.h"
 #include "image/warp.h"
 
@@ -99,17 +101,34 @@ class SampleProcessor {
   // gets slightly different (sharper) pixels than Process would give it;
   // with dct_scaling off the outputs equal Process's exactly. Errors as
   // Process (the first failing view's).
+  //
+  // `masks` go with the first view: each is warped by every warp of that
+  // view's plan, nearest-neighbour (image/mask.h), in step with the image,
+  // skipping its pixel steps; custom steps (plugin ops) see the first mask
+  // as it is at their step. Each job's dst receives out_height rows of
+  // out_width pixels of the mask's channels. DataLoss if a mask's size is
+  // not the image's.
+  struct MaskJob {
+    const MaskImage* source = nullptr;
+    uint8_t fill = 0;
+    uint8_t* dst = nullptr;
+  };
   absl::Status ProcessViews(absl::string_view bytes, bool is_jpeg,
                             absl::Span<const SamplePlan* const> plans,
                             absl::Span<uint8_t* const> dsts,
-                            SampleTimings* timings);
+                            SampleTimings* timings,
+                            absl::Span<const MaskJob> masks = {});
 
   // Bytes of buffers kept for the next sample (decode buffer, intermediate
   // images; each at most 64 MiB).
   int64_t kept_buffer_bytes() const {
-    return static_cast<int64_t>(decoded_.pixels.capacity() +
-                                images_[0].capacity() + images_[1].capacity() +
-                                warper_.kept_buffer_bytes());
+    int64_t bytes = static_cast<int64_t>(
+        decoded_.pixels.capacity() + images_[0].capacity() +
+        images_[1].capacity() + warper_.kept_buffer_bytes());
+    for (const auto& pair : mask_images_) {
+      bytes += static_cast<int64_t>(pair[0].capacity() + pair[1].capacity());
+    }
+    return bytes;
   }
 
  private:
@@ -119,8 +138,9 @@ class SampleProcessor {
   // Decodes what `warps` read of the image into decoded_.
   absl::Status Decode(absl::string_view bytes, const ImageHeader& header,
                       absl::Span<const WarpStep* const> warps);
-  // Runs a plan on decoded_ into `dst`.
-  absl::Status RunPlan(const SamplePlan& plan, uint8_t* dst);
+  // Runs a plan on decoded_ into `dst`, with `masks` in step.
+  absl::Status RunPlan(const SamplePlan& plan, uint8_t* dst,
+                       absl::Span<const MaskJob> masks);
   // Frees buffers over the kept limit.
   void ReleaseLargeBuffers();
   // Runs a custom step in place on `image` and `mask` (null: the sample has
@@ -132,8 +152,9 @@ class SampleProcessor {
   JpegDecoder jpeg_;
   Warper warper_;
   DecodedImage decoded_;
-  // Ping-pong buffers for the images between warps.
+  // Ping-pong buffers for the images between warps, and for each mask's.
   std::vector<uint8_t> images_[2];
+  std::vector<std::array<std::vector<uint8_t>, 2>> mask_images_;
 };
 
 }  // namespace stoker::image

@@ -211,9 +211,8 @@ absl::StatusOr<FieldLayout> MakeFieldLayout(
 }
 
 int64_t FieldScratch::kept_bytes() const {
-  int64_t bytes = static_cast<int64_t>(mask.pixels.capacity() +
-                                       mask_scratch[0].capacity() +
-                                       mask_scratch[1].capacity());
+  int64_t bytes = 0;
+  for (const image::MaskImage& m : masks) bytes += m.pixels.capacity();
   for (const std::string& m : members) bytes += m.capacity();
   return bytes;
 }
@@ -261,7 +260,6 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
   if (!result.status.ok()) return result;
 
   // The image first: its plan drives the masks.
-  const FieldLayout::Field& image_field = layout.fields[layout.image];
   const std::string& image_bytes = scratch.members[layout.image];
   // What the container claims; the bytes decide the decoder.
   const std::string& ext = members[layout.image]->extension;
@@ -287,11 +285,37 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
       dsts.push_back(targets.fixed[field.slot] + view_bytes * r);
     }
   }
+  // Masks first: they are warped in step with the image's first view.
+  std::vector<image::SampleProcessor::MaskJob> masks;
+  if (scratch.masks.size() < static_cast<size_t>(layout.fixed_count)) {
+    scratch.masks.resize(layout.fixed_count);
+  }
+  const int64_t t_masks = NowNs();
+  for (size_t i = 0; i < n; ++i) {
+    const FieldLayout::Field& field = layout.fields[i];
+    if (field.spec.role() != v1::FIELD_ROLE_MASK) continue;
+    uint8_t* dst = targets.fixed[field.slot];
+    if (members[i] == nullptr) {
+      std::memset(dst, field.spec.fill(), field.sample_bytes);
+      continue;
+    }
+    image::MaskImage& mask = scratch.masks[field.slot];
+    if (absl::Status s =
+            image::DecodeMask(scratch.members[i], field.spec.channels(),
+                              layout.max_image_pixels, &mask);
+        !s.ok()) {
+      result.status = absl::Status(
+          s.code(), absl::StrCat("field '", field.spec.name(), "': ",
+                                 s.message()));
+      return result;
+    }
+    masks.push_back({&mask, static_cast<uint8_t>(field.spec.fill()), dst});
+  }
+  const int64_t mask_decode_ns = NowNs() - t_masks;
   result.status = processor.ProcessViews(image_bytes, is_jpeg, plans, dsts,
-                                         &result.timings);
+                                         &result.timings, masks);
+  result.timings.decode_ns += mask_decode_ns;
   if (!result.status.ok()) return result;
-  // Masks follow the image's first view.
-  const image::SamplePlan& plan = scratch.plans[image_field.first_view];
 
   const int64_t t1 = NowNs();
   for (size_t i = 0; i < n && result.status.ok(); ++i) {
@@ -303,25 +327,6 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
                                                  "': ", s.message()));
     };
     switch (spec.role()) {
-      case v1::FIELD_ROLE_MASK: {
-        uint8_t* dst = targets.fixed[field.slot];
-        if (members[i] == nullptr) {
-          std::memset(dst, spec.fill(), field.sample_bytes);
-          break;
-        }
-        absl::Status s = image::DecodeMask(bytes, spec.channels(),
-                                           layout.max_image_pixels,
-                                           &scratch.mask);
-        if (s.ok()) {
-          s = image::WarpMask(plan, info->width, info->height, scratch.mask,
-                              static_cast<uint8_t>(spec.fill()), dst,
-                              scratch.mask_scratch);
-          // A mask of another size than its image is bad data.
-          if (absl::IsInvalidArgument(s)) s = absl::DataLossError(s.message());
-        }
-        if (!s.ok()) result.status = fail(s);
-        break;
-      }
       case v1::FIELD_ROLE_CLASS: {
         int32_t* dst = targets.classes[field.slot];
         if (members[i] == nullptr) {

@@ -87,8 +87,7 @@ uint64_t ViewKey(uint64_t sample_key, int view);
 struct FieldScratch {
   std::vector<std::string> members;
   std::vector<image::SamplePlan> plans;
-  image::MaskImage mask;
-  std::vector<uint8_t> mask_scratch[2];
+  std::vector<image::MaskImage> masks;  // per fixed field slot
 
   int64_t kept_bytes() const;
 };

@@ -145,8 +145,10 @@ typedef struct StokerOp {
    * May be NULL when states need no freeing. */
   void (*destroy)(void* state);
   /* Runs the op on one sample, in place: `image` is the current RGB image
-   * (channels == 3) and `mask` the sample's segmentation mask (same width
-   * and height) or NULL when the sample has none. Random numbers come from
+   * (channels == 3) and `mask` the sample's segmentation mask (the
+   * request's first mask field, warped with the image up to this step:
+   * same width and height; changes are kept) or NULL when the request has
+   * no mask field. Random numbers come from
    * `rng` only. Returns 0 on success; otherwise nonzero with a message in
    * `error` (error_size bytes): the sample is skipped and reported, and its
    * pixels are discarded. Called concurrently with the same state. */

@@ -140,7 +140,7 @@ TEST(PluginTest, LoadsTheExamplePluginAndRegistersItsOp) {
   EXPECT_EQ(loaded.path, RandomMaskPath());
   EXPECT_THAT(loaded.ops, ElementsAre("RandomMask"));
   EXPECT_THAT(LoadPlugins().test_ops->ops,
-              ElementsAre("FailingOp", "AddConst"));
+              ElementsAre("FailingOp", "AddConst", "MaskToRed"));
   const OpDef* def = FindOp("RandomMask");
   ASSERT_NE(def, nullptr);
   EXPECT_THAT(std::string(def->plugin), HasSubstr("random_mask"));
@@ -361,6 +361,52 @@ TEST(PluginTest, PluginOpsRunInPipelineOrder) {
       ASSERT_EQ(out[2], in[2]);
     }
   }
+}
+
+// A plugin op gets the sample's mask, warped with the image up to its step
+// and pixel-aligned with it, and its changes to the mask are kept.
+TEST(PluginTest, PluginOpsSeeAndChangeTheMaskInStepWithTheImage) {
+  ASSERT_PLUGINS_LOADED();
+  const Source source = PhotoSource(40, 30, 6);
+  MaskImage mask;
+  mask.width = 40;
+  mask.height = 30;
+  mask.channels = 1;
+  for (int i = 0; i < 40 * 30; ++i) mask.pixels.push_back((i * 37) % 251);
+  const uint64_t key = common::SampleKey(kSeed, 0, 9);
+  const Transform geometry =
+      MustCreate("RandomResizedCrop(24)|RandomHorizontalFlip(0.5)");
+  const Transform with_op = MustCreate(
+      "RandomResizedCrop(24)|RandomHorizontalFlip(0.5)|MaskToRed()");
+  SampleProcessor processor;
+  const size_t pixels = 24 * 24;
+  std::vector<uint8_t> image(3 * pixels), warped(pixels), after(3 * pixels),
+      changed(pixels);
+  const SamplePlan plain = geometry.Plan(source.width, source.height, key);
+  const SamplePlan plan = with_op.Plan(source.width, source.height, key);
+  const SamplePlan* plans[] = {&plain};
+  uint8_t* dsts[] = {image.data()};
+  SampleProcessor::MaskJob job{&mask, 0, warped.data()};
+  ASSERT_TRUE(processor
+                  .ProcessViews(source.png, false, plans, dsts,
+                                nullptr, {&job, 1})
+                  .ok());
+  const SamplePlan* plans2[] = {&plan};
+  uint8_t* dsts2[] = {after.data()};
+  SampleProcessor::MaskJob job2{&mask, 0, changed.data()};
+  ASSERT_TRUE(processor
+                  .ProcessViews(source.png, false, plans2, dsts2,
+                                nullptr, {&job2, 1})
+                  .ok());
+  for (size_t i = 0; i < pixels; ++i) {
+    ASSERT_EQ(after[3 * i], warped[i]) << i;
+    ASSERT_EQ(changed[i], 255 - image[3 * i]) << i;
+    ASSERT_EQ(after[3 * i + 1], image[3 * i + 1]) << i;
+  }
+  // Without a mask the op reports its own error for the sample.
+  absl::StatusOr<std::vector<uint8_t>> out =
+      RunSample(processor, with_op, source, key);
+  EXPECT_EQ(out.status().message(), "plugin op MaskToRed: no mask");
 }
 
 TEST(PluginTest, RefusesAMissingFile) {

@@ -49,7 +49,7 @@ launch_server "$tmp/good.log" --port=0 "$dataset" --plugin="$random_mask" \
   --plugin "$test_plugins/test_ops.so"
 grep -qF "plugin random_mask from $random_mask: ops RandomMask" "$tmp/good.log" \
   || fail "random_mask not logged: $(cat "$tmp/good.log")"
-grep -qF "plugin test_ops from $test_plugins/test_ops.so: ops FailingOp, AddConst" \
+grep -qF "plugin test_ops from $test_plugins/test_ops.so: ops FailingOp, AddConst, MaskToRed" \
   "$tmp/good.log" || fail "test_ops not logged: $(cat "$tmp/good.log")"
 kill -TERM "$pid"
 wait "$pid" || fail "server with plugins exited with $? on SIGTERM"

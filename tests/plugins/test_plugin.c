@@ -108,6 +108,35 @@ MAYBE_UNUSED static int ApplyAddConst(const void* state, const StokerRng* rng,
 
 MAYBE_UNUSED static const char* const kAddConstParams[] = {"value", "channel"};
 
+// Copies the mask's first channel into the image's red channel, and
+// writes 255 - image red into the mask: shows that the op sees the mask
+// aligned with the image and may change it. Fails without a mask.
+MAYBE_UNUSED static int ApplyMaskToRed(const void* state, const StokerRng* rng,
+                                       const StokerImage* image,
+                                       const StokerImage* mask, char* error,
+                                       size_t error_size) {
+  (void)state;
+  (void)rng;
+  if (mask == NULL) {
+    snprintf(error, error_size, "no mask");
+    return 1;
+  }
+  if (mask->width != image->width || mask->height != image->height) {
+    snprintf(error, error_size, "mask and image differ in size");
+    return 1;
+  }
+  for (int y = 0; y < image->height; ++y) {
+    uint8_t* row = image->data + (size_t)y * image->stride;
+    uint8_t* mrow = mask->data + (size_t)y * mask->stride;
+    for (int x = 0; x < image->width; ++x) {
+      const uint8_t red = row[x * image->channels];
+      row[x * image->channels] = mrow[x * mask->channels];
+      mrow[x * mask->channels] = (uint8_t)(255 - red);
+    }
+  }
+  return 0;
+}
+
 #if defined(TEST_PLUGIN_COLLIDE)
 static const StokerOp kOps[] = {
     {"CollisionFirst", NULL, 0, NULL, CreateNoArgs, NULL, ApplyFailing},
@@ -122,6 +151,7 @@ static const StokerOp kOps[] = {
     {"FailingOp", NULL, 0, NULL, CreateNoArgs, NULL, ApplyFailing},
     {"AddConst", kAddConstParams, 2, NULL, CreateAddConst, Destroy,
      ApplyAddConst},
+    {"MaskToRed", NULL, 0, NULL, CreateNoArgs, NULL, ApplyMaskToRed},
 };
 #endif
 
