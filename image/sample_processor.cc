@@ -1,12 +1,12 @@
 #include "image/sample_processor.h"
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 
 namespace stoker::image {
 namespace {
@@ -14,12 +14,6 @@ namespace {
 // Buffers larger than this are freed after the sample instead of being kept
 // for the next one.
 constexpr size_t kMaxKeptScratchBytes = size_t{64} << 20;
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 absl::Status CheckPlanShape(const SamplePlan& plan) {
   if (absl::Status s = ValidateWarp(plan.source_warp); !s.ok()) {
@@ -176,7 +170,7 @@ absl::Status SampleProcessor::ProcessViews(
     if (absl::Status s = CheckPlanShape(*plans[v]); !s.ok()) return s;
     warps.push_back(&plans[v]->source_warp);
   }
-  const int64_t t0 = timings != nullptr ? NowNs() : 0;
+  const int64_t t0 = timings != nullptr ? common::SteadyNowNs() : 0;
   absl::StatusOr<ImageHeader> header = Probe(bytes, is_jpeg);
   if (!header.ok()) return header.status();
   const int width = static_cast<int>(header->width);
@@ -206,7 +200,7 @@ absl::Status SampleProcessor::ProcessViews(
     }
     return s;
   }
-  const int64_t t1 = timings != nullptr ? NowNs() : 0;
+  const int64_t t1 = timings != nullptr ? common::SteadyNowNs() : 0;
   for (size_t v = 0; v < plans.size(); ++v) {
     if (absl::Status s = RunPlan(*plans[v], dsts[v],
                                  v == 0 ? masks : absl::Span<const MaskJob>());
@@ -215,7 +209,7 @@ absl::Status SampleProcessor::ProcessViews(
     }
   }
   if (timings != nullptr) {
-    const int64_t t2 = NowNs();
+    const int64_t t2 = common::SteadyNowNs();
     timings->decode_ns = t1 - t0;
     timings->transform_ns = t2 - t1;
   }

@@ -3,23 +3,14 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/random.h"
 
 namespace stoker::server {
-namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 PixelMappingCache::~PixelMappingCache() {
   absl::MutexLock lock(&mu_);
@@ -187,7 +178,7 @@ void BatchStream::ScheduleLocked() {
       batch->quiet.assign(n, 0);
     }
     batch->remaining.store(n);
-    batch->scheduled_ns = NowNs();
+    batch->scheduled_ns = common::SteadyNowNs();
     Pending* raw = batch.get();
     inflight_.push_back(std::move(batch));
     for (int slot = 0; slot < n; ++slot) {
@@ -225,10 +216,10 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
   } else if (setup_.fields != nullptr) {
     status = RunFieldSample(worker, batch, slot);
   } else {
-    int64_t t0 = NowNs();
+    int64_t t0 = common::SteadyNowNs();
     status = setup_.dataset->Read(sample, &worker->image_bytes,
                                   &batch->labels[slot]);
-    int64_t t1 = NowNs();
+    int64_t t1 = common::SteadyNowNs();
     batch->read_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
     if (status.ok()) {
       const bool is_jpeg =
@@ -325,7 +316,7 @@ void BatchStream::CompactPayload(Pending* batch, const std::vector<int>& keep) {
 }
 
 void BatchStream::FinishBatch(Pending* batch) {
-  batch->done_ns = NowNs();
+  batch->done_ns = common::SteadyNowNs();
   // Compact away skipped samples so the payload has no holes.
   const int n = static_cast<int>(batch->samples.size());
   std::vector<v1::SkippedSample> skipped;

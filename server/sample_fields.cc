@@ -1,7 +1,6 @@
 #include "server/sample_fields.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -10,18 +9,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "absl/strings/str_join.h"
 #include "common/random.h"
 #include "server/shard_reader.h"
 
 namespace stoker::server {
 namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
@@ -30,21 +24,6 @@ bool ValidName(const std::string& name) {
     if (!absl::ascii_isalnum(c) && c != '_') return false;
   }
   return true;
-}
-
-const char* RoleName(v1::FieldRole role) {
-  switch (role) {
-    case v1::FIELD_ROLE_IMAGE:
-      return "image";
-    case v1::FIELD_ROLE_MASK:
-      return "mask";
-    case v1::FIELD_ROLE_CLASS:
-      return "class";
-    case v1::FIELD_ROLE_BYTES:
-      return "bytes";
-    default:
-      return "unspecified";
-  }
 }
 
 }  // namespace
@@ -254,9 +233,9 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
     to_read.push_back(members[i]);
     outs.push_back(&scratch.members[i]);
   }
-  const int64_t t0 = NowNs();
+  const int64_t t0 = common::SteadyNowNs();
   result.status = dataset.ReadMembers(sample, to_read, outs);
-  result.read_ns = NowNs() - t0;
+  result.read_ns = common::SteadyNowNs() - t0;
   if (!result.status.ok()) return result;
 
   // The image first: its plan drives the masks.
@@ -290,7 +269,7 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
   if (scratch.masks.size() < static_cast<size_t>(layout.fixed_count)) {
     scratch.masks.resize(layout.fixed_count);
   }
-  const int64_t t_masks = NowNs();
+  const int64_t t_masks = common::SteadyNowNs();
   for (size_t i = 0; i < n; ++i) {
     const FieldLayout::Field& field = layout.fields[i];
     if (field.spec.role() != v1::FIELD_ROLE_MASK) continue;
@@ -311,13 +290,13 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
     }
     masks.push_back({&mask, static_cast<uint8_t>(field.spec.fill()), dst});
   }
-  const int64_t mask_decode_ns = NowNs() - t_masks;
+  const int64_t mask_decode_ns = common::SteadyNowNs() - t_masks;
   result.status = processor.ProcessViews(image_bytes, is_jpeg, plans, dsts,
                                          &result.timings, masks);
   result.timings.decode_ns += mask_decode_ns;
   if (!result.status.ok()) return result;
 
-  const int64_t t1 = NowNs();
+  const int64_t t1 = common::SteadyNowNs();
   for (size_t i = 0; i < n && result.status.ok(); ++i) {
     const FieldLayout::Field& field = layout.fields[i];
     const v1::FieldSpec& spec = field.spec;
@@ -349,7 +328,7 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
         break;
     }
   }
-  result.timings.transform_ns += NowNs() - t1;
+  result.timings.transform_ns += common::SteadyNowNs() - t1;
   return result;
 }
 
