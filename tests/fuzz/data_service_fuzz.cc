@@ -34,6 +34,7 @@
 #include "proto/stoker.pb.h"
 #include "server/batch_stream.h"
 #include "server/data_service.h"
+#include "server/sample_fields.h"
 #include "server/dataset.h"
 #include "spdlog/spdlog.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -138,8 +139,19 @@ bool LooksAcceptable(const v1::StreamBatchesRequest& request,
            .ok()) {
     return false;
   }
-  const int64_t batch_bytes =
-      int64_t{plan.batch_size()} * size->first * size->second * 3;
+  int64_t sample_bytes = int64_t{size->first} * size->second * 3;
+  if (!plan.fields().empty()) {
+    // Images (every view) and masks; their checks are MakeFieldLayout's.
+    absl::StatusOr<image::Transform> transform =
+        image::Transform::Create(plan.transform());
+    if (!transform.ok()) return false;
+    absl::StatusOr<FieldLayout> layout = MakeFieldLayout(
+        plan.fields(),
+        std::make_shared<const image::Transform>(*std::move(transform)));
+    if (!layout.ok()) return false;
+    sample_bytes = static_cast<int64_t>(layout->fixed_sample_bytes);
+  }
+  const int64_t batch_bytes = int64_t{plan.batch_size()} * sample_bytes;
   return batch_bytes <= kMaxBatchBytes && batch_bytes <= kMaxMemoryBytes;
 }
 

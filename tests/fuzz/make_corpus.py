@@ -351,6 +351,28 @@ def data_service_corpus():
                       f'world_size: 1 }} bad_sample_policy: 7',
         "no_transform": 'plan { dataset: "tiny" batch_size: 1 world_size: 1 }',
         "zero_batch": f'plan {{ dataset: "tiny" {center} world_size: 1 }}',
+        "fields": f'plan {{ dataset: "tiny" {flip} batch_size: 2 '
+                  f'world_size: 1 '
+                  f'fields {{ name: "image" extensions: "jpg" '
+                  f'extensions: "png" role: FIELD_ROLE_IMAGE }} '
+                  f'fields {{ name: "mask" extensions: "seg.png" '
+                  f'role: FIELD_ROLE_MASK missing: MISSING_POLICY_EMPTY '
+                  f'channels: 1 fill: 255 }} '
+                  f'fields {{ name: "label" extensions: "cls" '
+                  f'role: FIELD_ROLE_CLASS }} '
+                  f'fields {{ name: "raw" extensions: "cls" '
+                  f'role: FIELD_ROLE_BYTES missing: MISSING_POLICY_SKIP }} }}',
+        "views": f'plan {{ dataset: "tiny" {flip} batch_size: 2 '
+                 f'world_size: 1 '
+                 f'fields {{ name: "global" extensions: "jpg" '
+                 f'extensions: "png" role: FIELD_ROLE_IMAGE repeats: 2 }} '
+                 f'fields {{ name: "local" extensions: "jpg" '
+                 f'extensions: "png" role: FIELD_ROLE_IMAGE repeats: 3 '
+                 f'transform {{ ' + step("RandomResizedCrop", size=6) +
+                 f' }} }} }}',
+        "fields_no_image": f'plan {{ dataset: "tiny" {flip} batch_size: 2 '
+                           f'world_size: 1 fields {{ name: "m" '
+                           f'extensions: "png" role: FIELD_ROLE_MASK }} }}',
     }
     for name, text in requests.items():
         write("data_service", name,
