@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -15,8 +17,8 @@
 namespace stoker::client {
 namespace internal {
 
-// The output slots (converted pixels, int64 labels, erase boxes, soft labels)
-// and their events.
+// The output slots (converted pixels, int64 labels, erase boxes, soft labels,
+// fields) and their events.
 // Shared by the loader and every DeviceBatch, so slots stay valid after the
 // loader is gone; freed when the last owner drops it.
 class OutputPool {
@@ -31,6 +33,13 @@ class OutputPool {
     size_t box_capacity = 0;
     float* soft_labels = nullptr;    // Device (kCuda) or host memory.
     size_t soft_capacity = 0;        // In floats.
+    // Requests with fields (see CopyFields): bytes values, and for kCpu
+    // masks and image views, in host memory; masks and views for kCuda in
+    // device memory. `labels` holds every class field's values.
+    uint8_t* field_host = nullptr;
+    size_t field_host_capacity = 0;
+    uint8_t* field_device = nullptr;
+    size_t field_device_capacity = 0;
     CudaEvent ready = nullptr;
     CudaEvent released = nullptr;
     // `ready` was recorded at least once.
@@ -91,6 +100,8 @@ class OutputPool {
         CudaFree(slot.boxes);
         CudaFreeHost(slot.host_boxes);
         CudaFree(slot.soft_labels);
+        CudaFree(slot.field_device);
+        std::free(slot.field_host);
         CudaEventDestroy(slot.ready);
         CudaEventDestroy(slot.released);
       } else {
@@ -98,6 +109,7 @@ class OutputPool {
         delete[] slot.labels;
         delete[] slot.boxes;
         delete[] slot.soft_labels;
+        std::free(slot.field_host);
       }
     }
   }
@@ -163,14 +175,31 @@ class OutputPool {
   }
 
   // Makes slot i's buffers hold at least `labels` labels, `boxes` erase
-  // boxes and `soft` soft-label floats (grows rarely: only for a batch
-  // larger than any before in this slot).
-  absl::Status EnsureCapacity(int i, size_t labels, size_t boxes,
-                              size_t soft) {
+  // boxes, `soft` soft-label floats, `field_host` bytes of host field data
+  // and `field_device` bytes of device field data (grows rarely: only for a
+  // batch larger than any before in this slot).
+  absl::Status EnsureCapacity(int i, size_t labels, size_t boxes, size_t soft,
+                              size_t field_host, size_t field_device) {
     Slot& slot = slots_[i];
     if (labels <= slot.label_capacity && boxes <= slot.box_capacity &&
-        soft <= slot.soft_capacity) {
+        soft <= slot.soft_capacity &&
+        field_host <= slot.field_host_capacity &&
+        field_device <= slot.field_device_capacity) {
       return absl::OkStatus();
+    }
+    // Only the holder reads the host field data, and it has released the
+    // slot.
+    if (field_host > slot.field_host_capacity) {
+      std::free(slot.field_host);
+      // Page-aligned like the output slots: the masks' and views' aligned
+      // offsets are then aligned in memory too.
+      slot.field_host = static_cast<uint8_t*>(
+          std::aligned_alloc(4096, (field_host + 4095) / 4096 * 4096));
+      slot.field_host_capacity = slot.field_host != nullptr ? field_host : 0;
+      if (slot.field_host == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "cannot allocate %d bytes for a batch's fields", field_host));
+      }
     }
     if (kind_ == DeviceKind::kCpu) {
       GrowHost(labels, &slot.labels, &slot.label_capacity);
@@ -198,8 +227,14 @@ class OutputPool {
       return s;
     }
     float* no_staging = nullptr;
-    return GrowDevice(soft, /*staged=*/false, &slot.soft_labels, &no_staging,
-                      &slot.soft_capacity);
+    if (absl::Status s = GrowDevice(soft, /*staged=*/false, &slot.soft_labels,
+                                    &no_staging, &slot.soft_capacity);
+        !s.ok()) {
+      return s;
+    }
+    uint8_t* no_field_staging = nullptr;
+    return GrowDevice(field_device, /*staged=*/false, &slot.field_device,
+                      &no_field_staging, &slot.field_device_capacity);
   }
 
  private:
@@ -247,6 +282,144 @@ class OutputPool {
   int delivered_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// DeviceLoader::allocator(): the pinned pool, with heap memory for payloads
+// larger than its slots.
+class OverflowAllocator final : public PixelAllocator {
+ public:
+  explicit OverflowAllocator(PinnedPool* pool) : pool_(pool) {}
+
+  absl::StatusOr<PixelBuffer> Allocate(size_t size) override {
+    if (size <= pool_->slot_bytes()) return pool_->Allocate(size);
+    // The slot is held, unused, for as long as the heap buffer lives: the
+    // pool's bound on batches in flight must hold for these too.
+    absl::StatusOr<PixelBuffer> slot = pool_->Allocate(0);
+    if (!slot.ok()) return slot.status();
+    uint8_t* data = new (std::nothrow) uint8_t[size];
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "cannot allocate %d bytes for a batch larger than the %d-byte "
+          "pinned buffers",
+          size, pool_->slot_bytes()));
+    }
+    auto held = std::make_shared<PixelBuffer>(*std::move(slot));
+    return PixelBuffer(data, size, [held = std::move(held)](uint8_t* p) {
+      delete[] p;
+    });
+  }
+
+ private:
+  PinnedPool* const pool_;
+};
+
+// Masks and image views start at multiples of this in the slot's fixed
+// region, so device kernels reading them take their vectorized path.
+constexpr size_t kFieldAlignment = 256;
+
+size_t AlignUp(size_t bytes) {
+  return (bytes + kFieldAlignment - 1) / kFieldAlignment * kFieldAlignment;
+}
+
+// Where the fields of a batch go in an output slot (see CopyFields).
+struct FieldPlacement {
+  enum class Kind {
+    kImage,  // the batch's image: data()
+    kFixed,  // masks and other image views: uint8, host (kCpu) or device
+    kClass,  // int64 values in the labels buffer
+    kBytes,  // values back to back in host memory
+  };
+  struct Field {
+    Kind kind = Kind::kImage;
+    // kFixed: into the fixed region; kClass: index among the class
+    // fields; kBytes: into the bytes region.
+    size_t offset = 0;
+  };
+  std::vector<Field> fields;
+  size_t class_fields = 0;
+  size_t fixed_bytes = 0;
+  size_t value_bytes = 0;
+};
+
+// Checks the fields of `host` against its shape and buffer (a BatchSource
+// other than the network loader may produce anything) and places them.
+// InvalidArgument naming the field.
+absl::StatusOr<FieldPlacement> PlaceFields(const HostBatch& host) {
+  const size_t n = static_cast<size_t>(host.n);
+  const size_t payload = host.pixels.size();
+  const std::vector<int> image_shape = {host.n, host.height, host.width,
+                                        host.channels};
+  FieldPlacement placement;
+  const FieldBatch* first_class = nullptr;
+  bool first_image = true;
+  for (const FieldBatch& f : host.fields) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field '", f.name, "' ", why));
+    };
+    if (f.data_offset > payload || f.data_size > payload - f.data_offset) {
+      return bad("lies outside the received buffer");
+    }
+    FieldPlacement::Field place;
+    switch (f.role) {
+      case v1::FIELD_ROLE_IMAGE:
+        // The first image field is the batch's image when it is exactly
+        // that; other image fields (more views per sample, views of their
+        // own size) travel like masks.
+        if (first_image && f.data_offset == 0 && f.shape == image_shape &&
+            f.data_size == host.pixel_bytes()) {
+          place.kind = FieldPlacement::Kind::kImage;
+          first_image = false;
+          break;
+        }
+        first_image = false;
+        [[fallthrough]];
+      case v1::FIELD_ROLE_MASK: {
+        size_t bytes = 1;
+        for (int d : f.shape) bytes *= d < 0 ? 0 : static_cast<size_t>(d);
+        const bool views =
+            f.role == v1::FIELD_ROLE_IMAGE && f.shape.size() == 5;
+        if ((f.shape.size() != 4 && !views) || f.shape[0] != host.n ||
+            bytes != f.data_size) {
+          return bad(views ? "is not (n, repeats, h, w, c) over its bytes"
+                           : "is not (n, h, w, c) over its bytes");
+        }
+        place.kind = FieldPlacement::Kind::kFixed;
+        place.offset = placement.fixed_bytes;
+        placement.fixed_bytes += AlignUp(f.data_size);
+        break;
+      }
+      case v1::FIELD_ROLE_CLASS:
+        if (f.labels.size() != n) return bad("does not have n values");
+        if (first_class == nullptr) first_class = &f;
+        place.kind = FieldPlacement::Kind::kClass;
+        place.offset = placement.class_fields++;
+        break;
+      case v1::FIELD_ROLE_BYTES:
+        if (f.offsets.size() != n + 1 || f.offsets.front() != 0 ||
+            f.offsets.back() != static_cast<int64_t>(f.data_size) ||
+            !std::is_sorted(f.offsets.begin(), f.offsets.end())) {
+          return bad("has bad offsets");
+        }
+        place.kind = FieldPlacement::Kind::kBytes;
+        place.offset = placement.value_bytes;
+        placement.value_bytes += f.data_size;
+        break;
+      default:
+        return bad(absl::StrCat("has unknown role ", f.role));
+    }
+    placement.fields.push_back(place);
+  }
+  const bool labels_match =
+      first_class == nullptr
+          ? host.labels.empty()
+          : std::equal(host.labels.begin(), host.labels.end(),
+                       first_class->labels.begin(), first_class->labels.end());
+  if (!labels_match) {
+    return absl::InvalidArgumentError(
+        "labels are not the first class field's values");
+  }
+  return placement;
+}
 
 }  // namespace internal
 
@@ -297,6 +470,8 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
     dtype_ = other.dtype_;
     layout_ = other.layout_;
     info_ = std::move(other.info_);
+    fields_ = std::move(other.fields_);
+    other.fields_.clear();
     ready_event_ = std::exchange(other.ready_event_, nullptr);
     consumer_ = std::exchange(other.consumer_, std::nullopt);
   }
@@ -350,6 +525,7 @@ void DeviceBatch::ReleaseOn(std::optional<CudaStream> consumer) {
   labels_ = nullptr;
   soft_labels_ = nullptr;
   erase_boxes_ = nullptr;
+  fields_.clear();
   ready_event_ = nullptr;
   consumer_.reset();
 }
@@ -405,7 +581,8 @@ absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
 
   PinnedPoolOptions pinned_options;
   pinned_options.slots = options.pinned_slots;
-  pinned_options.slot_bytes = options.max_batch_bytes;
+  pinned_options.slot_bytes =
+      options.max_batch_bytes + options.field_slot_bytes;
   pinned_options.pinned = cuda;
   pinned_options.device_id = options.device_id;
   absl::StatusOr<std::unique_ptr<PinnedPool>> pinned =
@@ -453,6 +630,7 @@ DeviceLoader::DeviceLoader(const DeviceLoaderOptions& options,
                            CudaStream stream, void* staging)
     : options_(options),
       pinned_(std::move(pinned)),
+      allocator_(std::make_unique<internal::OverflowAllocator>(pinned_.get())),
       outputs_(std::move(outputs)),
       stream_(stream),
       staging_(staging) {}
@@ -467,6 +645,8 @@ DeviceLoader::~DeviceLoader() {
 }
 
 PinnedPool* DeviceLoader::pinned_allocator() { return pinned_.get(); }
+
+PixelAllocator* DeviceLoader::allocator() { return allocator_.get(); }
 
 absl::Status DeviceLoader::Start(BatchSource* source) {
   if (source == nullptr) {
@@ -592,12 +772,25 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
         "%s: %d pixel bytes exceed max_batch_bytes = %d", where, bytes,
         options_.max_batch_bytes));
   }
+  // With fields the labels are the first class field's, if any (checked
+  // with the fields).
+  const bool classic = host.fields.empty();
   if (host.pixels.size() < bytes ||
-      host.labels.size() != static_cast<size_t>(host.n)) {
+      (classic && host.labels.size() != static_cast<size_t>(host.n))) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: malformed (%d pixel bytes, %d labels for shape %dx%dx%dx%d)",
         where, host.pixels.size(), host.labels.size(), host.n, host.height,
         host.width, host.channels));
+  }
+  internal::FieldPlacement fields;
+  if (!classic) {
+    absl::StatusOr<internal::FieldPlacement> placed =
+        internal::PlaceFields(host);
+    if (!placed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": malformed: ", placed.status().message()));
+    }
+    fields = *std::move(placed);
   }
 
   // Drawn before a slot is taken: a bad label fails the batch alone.
@@ -634,7 +827,14 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
       apply && batch.batch_ops_.soft_labels
           ? n * static_cast<size_t>(batch.batch_ops_.num_classes)
           : 0;
-  if (absl::Status s = outputs_->EnsureCapacity(index, n, boxes, soft);
+  const bool cuda = options_.device == DeviceKind::kCuda;
+  const size_t labels = classic ? n : n * fields.class_fields;
+  // kCpu keeps the fixed fields in host memory, before the bytes values.
+  const size_t field_host =
+      cuda ? fields.value_bytes : fields.fixed_bytes + fields.value_bytes;
+  const size_t field_device = cuda ? fields.fixed_bytes : 0;
+  if (absl::Status s = outputs_->EnsureCapacity(index, labels, boxes, soft,
+                                                field_host, field_device);
       !s.ok()) {
     return s;
   }
@@ -644,7 +844,12 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
         !s.ok()) {
       return s;
     }
-    for (size_t i = 0; i < n; ++i) slot.labels[i] = host.labels[i];
+    if (classic) {
+      for (size_t i = 0; i < n; ++i) slot.labels[i] = host.labels[i];
+    } else if (absl::Status s = CopyFields(host, fields, index, batch);
+               !s.ok()) {
+      return s;
+    }
     std::copy(batch.batch_ops_.erase.begin(), batch.batch_ops_.erase.end(),
               slot.boxes);
     if (apply) {
@@ -676,7 +881,9 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
       }
     }
     absl::Status s;
-    if (n > 0) {
+    if (!classic) {
+      s = CopyFields(host, fields, index, batch);
+    } else if (n > 0) {
       for (size_t i = 0; i < n; ++i) slot.host_labels[i] = host.labels[i];
       s = CudaMemcpyAsync(slot.labels, slot.host_labels, n * sizeof(int64_t),
                           stream_);
@@ -713,7 +920,7 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
     batch.ready_event_ = slot.ready;
   }
   batch.data_ = slot.data;
-  batch.labels_ = slot.labels;
+  batch.labels_ = classic || fields.class_fields > 0 ? slot.labels : nullptr;
   batch.erase_boxes_ = boxes > 0 ? slot.boxes : nullptr;
   batch.soft_labels_ = soft > 0 ? slot.soft_labels : nullptr;
   // Everything but the pixels, which stay with `host` until the copy is done.
@@ -722,6 +929,65 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
   host = HostBatch();
   host.pixels = std::move(pixels);
   return batch;
+}
+
+absl::Status DeviceLoader::CopyFields(const HostBatch& host,
+                                      const internal::FieldPlacement& placement,
+                                      int index, DeviceBatch& batch) {
+  internal::OutputPool::Slot& slot = outputs_->slot(index);
+  const bool cuda = options_.device == DeviceKind::kCuda;
+  const size_t n = static_cast<size_t>(host.n);
+  const ImageShape shape{host.n, host.height, host.width, host.channels};
+  uint8_t* const fixed = cuda ? slot.field_device : slot.field_host;
+  uint8_t* const values =
+      slot.field_host + (cuda ? 0 : placement.fixed_bytes);
+  // kCuda: class values are staged in the pinned labels and copied at once.
+  int64_t* const classes = cuda ? slot.host_labels : slot.labels;
+  batch.fields_.resize(host.fields.size());
+  for (size_t k = 0; k < host.fields.size(); ++k) {
+    const FieldBatch& f = host.fields[k];
+    const internal::FieldPlacement::Field& place = placement.fields[k];
+    const uint8_t* src = host.pixels.data() + f.data_offset;
+    DeviceBatch::FieldData& out = batch.fields_[k];
+    switch (place.kind) {
+      case internal::FieldPlacement::Kind::kImage:
+        out = {slot.data, ConvertedBytes(shape, options_.convert.dtype),
+               /*converted=*/true};
+        break;
+      case internal::FieldPlacement::Kind::kFixed: {
+        uint8_t* dst = fixed + place.offset;
+        out = {dst, f.data_size, /*converted=*/false};
+        if (f.data_size == 0) break;
+        if (!cuda) {
+          std::memcpy(dst, src, f.data_size);
+        } else if (absl::Status s =
+                       CudaMemcpyAsync(dst, src, f.data_size, stream_);
+                   !s.ok()) {
+          return s;
+        }
+        break;
+      }
+      case internal::FieldPlacement::Kind::kClass: {
+        int64_t* dst = classes + place.offset * n;
+        for (size_t i = 0; i < n; ++i) dst[i] = f.labels[i];
+        out = {slot.labels + place.offset * n, n * sizeof(int64_t),
+               /*converted=*/false};
+        break;
+      }
+      case internal::FieldPlacement::Kind::kBytes:
+        out = {values + place.offset, f.data_size, /*converted=*/false};
+        if (f.data_size > 0) {
+          std::memcpy(values + place.offset, src, f.data_size);
+        }
+        break;
+    }
+  }
+  if (cuda && placement.class_fields > 0 && n > 0) {
+    return CudaMemcpyAsync(slot.labels, slot.host_labels,
+                           placement.class_fields * n * sizeof(int64_t),
+                           stream_);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace stoker::client

@@ -15,12 +15,20 @@
 // apply_batch_ops they are applied right after the conversion on the same
 // stream (or on the host for kCpu), and the soft labels land in the slot.
 //
+// Requests with fields (LoaderOptions::fields, client/host_batch.h): the
+// image is converted as above; the other fields' data is copied out of the
+// host batch into the output slot before its pinned buffer goes back
+// (masks, further image views and class values into the same kind of
+// memory as the image, uint8 / int64 as received; bytes values into host
+// memory), so it lives as long as the DeviceBatch (DeviceBatch::field_data).
+// Classic requests take none of these steps.
+//
 // Memory is allocated once in Create: `pinned_slots` page-locked host
-// buffers (handed to the network loader through pinned_allocator()), one
+// buffers (handed to the network loader through allocator()), one
 // device staging buffer (not for uint8 NHWC output, which is copied straight
 // into the output slot) and `output_slots` device output buffers (plus
-// labels, erase boxes and soft labels; their buffers grow only when a batch
-// has more samples than any before). The copy and the kernels run on the
+// labels, erase boxes, soft labels and fields; their buffers grow only when
+// a batch needs more than any before). The copy and the kernels run on the
 // loader's own non-blocking CUDA stream. A background thread keeps
 // converting ahead while free output slots remain, so batch N+1 is copied
 // and converted while the consumer computes on batch N. It holds one host
@@ -29,7 +37,7 @@
 //
 // Typical wiring (the network loader takes its allocator at creation):
 //   auto device = DeviceLoader::Create(device_options);
-//   loader_options.allocator = (*device)->pinned_allocator();
+//   loader_options.allocator = (*device)->allocator();
 //   auto host = Loader::Create(loader_options);   // a BatchSource
 //   (*device)->Start(host->get());
 //   ... (*device)->Next() ...
@@ -56,9 +64,9 @@
 // when Next() returns, WaitOn/Synchronize are no-ops and a slot is reused as
 // soon as its handle is released.
 //
-// Thread-safety: Next() must be called from one thread at a time; Stop() and
-// pinned_allocator() from any thread. A DeviceBatch is not thread-safe, but
-// handles may be released (destroyed) on any thread.
+// Thread-safety: Next() must be called from one thread at a time; Stop(),
+// allocator() and pinned_allocator() from any thread. A DeviceBatch is not
+// thread-safe, but handles may be released (destroyed) on any thread.
 
 #include <array>
 #include <cstddef>
@@ -68,6 +76,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -107,9 +116,15 @@ struct DeviceLoaderOptions {
   // the batches the consumer holds.
   int output_slots = 4;
   // Largest batch, in uint8 pixel bytes (n * height * width * channels);
-  // required (> 0). Sizes the pinned slots (this many bytes each) and the
-  // output slots (this many elements of convert.dtype each).
+  // required (> 0). Sizes the pinned slots (this many bytes each, plus
+  // field_slot_bytes) and the output slots (this many elements of
+  // convert.dtype each).
   size_t max_batch_bytes = 0;
+  // Requests with fields: room in each pinned slot, after the image's
+  // max_batch_bytes, for the other fields' payload (masks, bytes values), in
+  // bytes. Default 0 (classic requests need none). A batch whose payload is
+  // larger still works, in heap memory (see allocator()).
+  size_t field_slot_bytes = 0;
   // Batch-level augmentations (random erasing, MixUp / CutMix; see
   // client/batch_ops.h), with the seed and rank that key them. Default: off.
   // Validated by Create (ValidateBatchOpsOptions).
@@ -127,6 +142,8 @@ class DeviceLoader;
 
 namespace internal {
 class OutputPool;
+class OverflowAllocator;
+struct FieldPlacement;
 }  // namespace internal
 
 // One converted batch. Move-only; owns its output slot until released.
@@ -160,7 +177,9 @@ class DeviceBatch {
   std::array<int64_t, 4> strides() const;
 
   // n labels as int64, in the same kind of memory as data() (device or
-  // host), ready with it. The original labels, also when mixed.
+  // host), ready with it. The original labels, also when mixed. With fields:
+  // the first class field's values (field_data of that field), or null if
+  // the request has no class field.
   const int64_t* labels() const { return labels_; }
   // With MixUp / CutMix applied by the loader (batch_ops mixing on and
   // apply_batch_ops): the soft targets, n x batch_ops().num_classes float32
@@ -178,8 +197,33 @@ class DeviceBatch {
 
   // Everything about the batch except its pixels (info().pixels is empty):
   // epoch, batch_index, shape, int32 labels on the host, sample_indices,
-  // keys, skipped samples, server timings and server.
+  // keys, skipped samples, server timings, server and the fields' metadata
+  // (info().fields: name, role, shape, int32 class values, bytes offsets;
+  // their data_offset refers to the received buffer, which is gone: use
+  // field_data).
   const HostBatch& info() const { return info_; }
+
+  // Requests with fields: the data of info().fields[i] (request order;
+  // i < info().fields.size()), valid until the handle is released and ready
+  // with data():
+  //   image  the batch's image (the first image field when its shape is
+  //          the batch's (n, height, width, channels)): data(), converted;
+  //          field_converted(i) is true for it and only for it. Any other
+  //          image field (more views per sample: shape (n, repeats, h, w,
+  //          3), or views of another size) is uint8 NHWC like a mask;
+  //   mask   the uint8 NHWC pixels of info().fields[i].shape, in the same
+  //          kind of memory as data() (masks and views start 256-byte
+  //          aligned);
+  //   class  n int64 values (-1: missing, kept under MISSING_POLICY_EMPTY),
+  //          in the same kind of memory as data(); labels() is the first
+  //          class field's;
+  //   bytes  the n values back to back, in host memory (also for kCuda);
+  //          value j is [offsets[j], offsets[j + 1]) of
+  //          info().fields[i].offsets.
+  // field_bytes(i) is the size of that data in bytes.
+  const void* field_data(size_t i) const { return fields_[i].data; }
+  size_t field_bytes(size_t i) const { return fields_[i].bytes; }
+  bool field_converted(size_t i) const { return fields_[i].converted; }
   int64_t epoch() const { return info_.epoch; }
   int64_t batch_index() const { return info_.batch_index; }
 
@@ -207,6 +251,12 @@ class DeviceBatch {
 
   void ReleaseOn(std::optional<CudaStream> consumer);
 
+  struct FieldData {
+    const void* data = nullptr;
+    size_t bytes = 0;
+    bool converted = false;
+  };
+
   std::shared_ptr<internal::OutputPool> pool_;
   int slot_ = -1;
   DeviceKind device_ = DeviceKind::kCpu;
@@ -219,6 +269,8 @@ class DeviceBatch {
   DType dtype_ = DType::kFloat32;
   Layout layout_ = Layout::kNCHW;
   HostBatch info_;
+  // One per info_.fields entry; empty for a classic request.
+  std::vector<FieldData> fields_;
   CudaEvent ready_event_ = nullptr;
   // Stream of the last WaitOn.
   std::optional<CudaStream> consumer_;
@@ -241,12 +293,23 @@ class DeviceLoader {
   DeviceLoader(const DeviceLoader&) = delete;
   DeviceLoader& operator=(const DeviceLoader&) = delete;
 
-  // The pinned host buffers (a PixelAllocator), for the network loader:
-  // received pixels land in them. Batches whose pixels are elsewhere still
-  // work, with a slower synchronous copy from pageable memory. Owned by the
-  // loader; buffers handed out stay valid after it is destroyed. Allocate
-  // returns CANCELLED after Stop(). kCpu: ordinary memory.
+  // The pinned host buffers (a PixelAllocator): received pixels land in
+  // them. Batches whose pixels are elsewhere still work, with a slower
+  // synchronous copy from pageable memory. Owned by the loader; buffers
+  // handed out stay valid after it is destroyed. Allocate returns CANCELLED
+  // after Stop(). kCpu: ordinary memory.
   PinnedPool* pinned_allocator();
+
+  // The allocator to give the network loader: pinned_allocator() for every
+  // payload that fits a pinned slot (max_batch_bytes + field_slot_bytes). A
+  // larger one (a request with fields whose bytes values exceed
+  // field_slot_bytes) still takes a pinned slot, so the pool keeps bounding
+  // the batches in flight, but lands in heap memory allocated for it (its
+  // masks and views are then copied to the device synchronously; kCuda
+  // needs no page-locked source for correctness). Same ownership and
+  // Stop() behaviour as pinned_allocator(); ResourceExhausted if the heap
+  // memory cannot be had.
+  PixelAllocator* allocator();
 
   // Starts the background thread pulling from `source` (not owned; must
   // outlive Stop()). Call once. Errors: FailedPrecondition if already started
@@ -281,6 +344,12 @@ class DeviceLoader {
                std::unique_ptr<PinnedPool> pinned,
                std::shared_ptr<internal::OutputPool> outputs, CudaStream stream,
                void* staging);
+  // Copies the fields of `host` but the image into `slot`'s buffers (grown
+  // by the caller for `placement`) and records where each field lies in
+  // `batch`. kCuda: masks, views and class values are copied on stream_.
+  absl::Status CopyFields(const HostBatch& host,
+                          const internal::FieldPlacement& placement, int slot,
+                          DeviceBatch& batch);
 
   void Run();
   // Copies and converts one host batch into a free output slot. Moves all
@@ -291,6 +360,7 @@ class DeviceLoader {
   // Constant after construction.
   const DeviceLoaderOptions options_;
   const std::unique_ptr<PinnedPool> pinned_;
+  const std::unique_ptr<internal::OverflowAllocator> allocator_;
   const std::shared_ptr<internal::OutputPool> outputs_;
   // The loader's stream and device staging buffer (kCuda), else null. Used
   // only by the background thread (and Stop after joining it).

@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "image/ops/transform.h"
@@ -127,6 +128,45 @@ absl::StatusOr<std::vector<ParsedField>> ParseFields(absl::string_view text) {
     return absl::InvalidArgumentError("no fields given");
   }
   return fields;
+}
+
+std::string FormatFields(const std::vector<v1::FieldSpec>& specs) {
+  std::vector<std::string> items;
+  for (const v1::FieldSpec& f : specs) {
+    std::string item = absl::StrCat(f.name(), "=",
+                                    absl::StrJoin(f.extensions(), ";"), ":");
+    switch (f.role()) {
+      case v1::FIELD_ROLE_IMAGE:
+        absl::StrAppend(&item, "image");
+        break;
+      case v1::FIELD_ROLE_MASK:
+        absl::StrAppend(&item, "mask");
+        break;
+      case v1::FIELD_ROLE_CLASS:
+        absl::StrAppend(&item, "class");
+        break;
+      case v1::FIELD_ROLE_BYTES:
+        absl::StrAppend(&item, "bytes");
+        break;
+      default:
+        absl::StrAppend(&item, "role", static_cast<int>(f.role()));
+        break;
+    }
+    if (f.missing() == v1::MISSING_POLICY_SKIP) absl::StrAppend(&item, ":skip");
+    if (f.missing() == v1::MISSING_POLICY_EMPTY) {
+      absl::StrAppend(&item, ":empty");
+    }
+    if (f.role() == v1::FIELD_ROLE_MASK) {
+      if (f.channels() > 1) absl::StrAppend(&item, ":channels=", f.channels());
+      if (f.fill() != 0) absl::StrAppend(&item, ":fill=", f.fill());
+    }
+    if (!f.transform().steps().empty()) {
+      absl::StrAppend(&item, ":transform=", image::FormatTransform(f.transform()));
+    }
+    if (f.repeats() > 1) absl::StrAppend(&item, ":repeats=", f.repeats());
+    items.push_back(std::move(item));
+  }
+  return absl::StrJoin(items, ", ");
 }
 
 std::vector<v1::FieldSpec> FieldSpecs(const std::vector<ParsedField>& fields) {

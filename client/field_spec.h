@@ -45,6 +45,11 @@ absl::StatusOr<std::vector<ParsedField>> ParseFields(absl::string_view text);
 // The specs alone, for LoaderOptions::fields.
 std::vector<v1::FieldSpec> FieldSpecs(const std::vector<ParsedField>& fields);
 
+// Canonical text form of specs (role bytes for text fields, every option
+// that differs from its default, pipelines in FormatTransform's form); it
+// parses back to the same specs. Part of a loader's plan identity.
+std::string FormatFields(const std::vector<v1::FieldSpec>& specs);
+
 }  // namespace stoker::client
 
 #endif  // STOKER_CLIENT_FIELD_SPEC_H_

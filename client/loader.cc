@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/channel.h"
+#include "client/field_spec.h"
 #include "client/stream_reader.h"
 #include "common/epoch_plan.h"
 #include "common/grpc_status.h"
@@ -203,11 +204,16 @@ absl::Status Loader::Init() {
   absl::StatusOr<common::EpochPlan> plan = common::EpochPlan::Create(params);
   if (!plan.ok()) return plan.status();
   num_batches_ = plan->num_batches();
-  plan_id_ = PlanId(absl::StrCat(
+  std::string identity = absl::StrCat(
       fingerprint_, "|", options_.dataset, "|",
       image::FormatTransform(options_.transform), "|", options_.batch_size,
       "|", options_.seed, "|", options_.rank, "|", options_.world_size, "|",
-      options_.shuffle, "|", options_.drop_last));
+      options_.shuffle, "|", options_.drop_last);
+  // Only when named, so classic plans keep their ids (and checkpoints).
+  if (!options_.fields.empty()) {
+    absl::StrAppend(&identity, "|fields:", FormatFields(options_.fields));
+  }
+  plan_id_ = PlanId(identity);
 
   absl::MutexLock lock(&mu_);
   schedule_ = std::make_unique<RangeSchedule>(
@@ -510,7 +516,7 @@ absl::Status Loader::Resume(const Cursor& cursor) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cursor belongs to plan ", cursor.plan_id, ", this loader's plan is ",
         plan_id_, " (dataset, transform, batch size, seed, rank, world size, "
-        "shuffle and drop_last must match)"));
+        "shuffle, drop_last and fields must match)"));
   }
   absl::StatusOr<Position> position =
       Position::FromCursor(cursor, num_batches_);

@@ -110,8 +110,9 @@ struct FieldSampleResult {
 // Reads, decodes and transforms one sample's fields into `targets`, with one
 // decode for all image views. The first view's plan is drawn from
 // (seed, epoch, sample) as for classic requests, so with the same
-// pipeline its bytes equal a classic request's; further views draw from
-// ViewKey.
+// pipeline and no other view its bytes equal a classic request's (other
+// views may make the shared decode use a finer DCT scale); further views
+// draw from ViewKey.
 FieldSampleResult RunFieldSample(const FieldLayout& layout,
                                  const Dataset& dataset, int64_t sample,
                                  uint64_t seed, int64_t epoch,

@@ -437,6 +437,26 @@ TEST_F(FieldsTest, BadFieldRequestsAreRefusedWithTheReason) {
     EXPECT_NE(status.message().find(why), std::string::npos)
         << fields << ": " << status;
   }
+  // The canonical form (part of the plan id) reads back to the same specs.
+  for (const char* text :
+       {"image=jpg;png:image, mask=seg.png:mask:skip:channels=3:fill=7, "
+        "c=cls:class:empty, t=txt:text",
+        "g=jpg:image:repeats=2, l=JPG:image:transform=RandomResizedCrop(96, "
+        "scale=(0.05, 0.4))|RandomHorizontalFlip():repeats=6"}) {
+    auto parsed = client::ParseFields(text);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    const std::vector<v1::FieldSpec> specs = client::FieldSpecs(*parsed);
+    const std::string canonical = client::FormatFields(specs);
+    auto again = client::ParseFields(canonical);
+    ASSERT_TRUE(again.ok()) << canonical << ": " << again.status();
+    const std::vector<v1::FieldSpec> specs_again = client::FieldSpecs(*again);
+    ASSERT_EQ(specs.size(), specs_again.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(specs[i].SerializeAsString(),
+                specs_again[i].SerializeAsString())
+          << canonical;
+    }
+  }
   EXPECT_FALSE(client::ParseFields("image=jpg").ok());
   EXPECT_FALSE(client::ParseFields("image=jpg:picture").ok());
   EXPECT_FALSE(client::ParseFields("m=png:mask:channels=5").ok());

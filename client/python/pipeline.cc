@@ -1,5 +1,6 @@
 #include "client/python/pipeline.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,46 @@ void AddStats(const LoaderStats& from, LoaderStats* into) {
   }
 }
 
+// The payload of a full batch of `options.fields` (images, masks, and
+// kBytesFieldSlotBytes per bytes value), for sizing the pinned buffers.
+absl::StatusOr<size_t> FieldSlotBytes(const LoaderOptions& options) {
+  const size_t batch = static_cast<size_t>(options.batch_size);
+  size_t bytes = 0;
+  // Masks have the first image field's size.
+  size_t mask_pixels = 0;
+  for (const v1::FieldSpec& field : options.fields) {
+    switch (field.role()) {
+      case v1::FIELD_ROLE_IMAGE: {
+        absl::StatusOr<std::pair<int, int>> size = image::OutputSize(
+            field.transform().steps().empty() ? options.transform
+                                              : field.transform());
+        if (!size.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("fields: field '", field.name(),
+                           "': transform: ", size.status().message()));
+        }
+        const size_t pixels = static_cast<size_t>(size->first) * size->second;
+        if (mask_pixels == 0) mask_pixels = pixels;
+        bytes += batch * std::max(1, static_cast<int>(field.repeats())) *
+                 pixels * 3;
+        break;
+      }
+      case v1::FIELD_ROLE_BYTES:
+        bytes += batch * kBytesFieldSlotBytes;
+        break;
+      default:
+        break;
+    }
+  }
+  for (const v1::FieldSpec& field : options.fields) {
+    if (field.role() == v1::FIELD_ROLE_MASK) {
+      bytes += batch * mask_pixels *
+               std::max(1, static_cast<int>(field.channels()));
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
@@ -46,7 +87,8 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
         "prefetch must be >= 1, got ", resolved.loader.prefetch_batches));
   }
   absl::StatusOr<std::pair<int, int>> size =
-      image::OutputSize(resolved.loader.transform);
+      image::OutputSize(resolved.loader.transform,
+                        image::kClientTransformChecks);
   if (!size.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("transform: ", size.status().message()));
@@ -55,6 +97,14 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
     resolved.device.max_batch_bytes =
         static_cast<size_t>(resolved.loader.batch_size) * size->first *
         size->second * 3;
+  }
+  if (!resolved.loader.fields.empty() &&
+      resolved.device.field_slot_bytes == 0) {
+    absl::StatusOr<size_t> bytes = FieldSlotBytes(resolved.loader);
+    if (!bytes.ok()) return bytes.status();
+    // The image's share is max_batch_bytes already.
+    resolved.device.field_slot_bytes =
+        *bytes - std::min(*bytes, resolved.device.max_batch_bytes);
   }
   if (resolved.device.pinned_slots == 0) {
     resolved.device.pinned_slots = resolved.loader.prefetch_batches + 2;
@@ -94,7 +144,10 @@ absl::Status Pipeline::Build() {
       DeviceLoader::Create(options_.device);
   if (!device.ok()) return device.status();
   LoaderOptions loader_options = options_.loader;
-  loader_options.allocator = (*device)->pinned_allocator();
+  // Only payloads with fields can outgrow the pinned slots.
+  loader_options.allocator = options_.loader.fields.empty()
+                                 ? (*device)->pinned_allocator()
+                                 : (*device)->allocator();
   // Declared after `device`, so destroyed before it on every path (the
   // loader's fetch threads allocate from the device loader's pool).
   absl::StatusOr<std::unique_ptr<Loader>> loader =
@@ -182,8 +235,8 @@ absl::Status Pipeline::Start(const Cursor& cursor) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the state belongs to plan ", cursor.plan_id,
         ", this loader's plan is ", plan_id_,
-        " (dataset, transform, batch size, seed, rank, world size, shuffle "
-        "and drop_last must match)"));
+        " (dataset, transform, batch size, seed, rank, world size, shuffle, "
+        "drop_last and fields must match)"));
   }
   absl::StatusOr<Position> position =
       Position::FromCursor(cursor, num_batches_);

@@ -29,6 +29,7 @@
 // the timeout for Next()). cursor(), stats() and the constant accessors may be
 // called from any thread at any time.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,6 +48,10 @@
 
 namespace stoker::client::python {
 
+// Room per sample in the pinned buffers for each bytes field's value (see
+// PipelineOptions::device).
+inline constexpr size_t kBytesFieldSlotBytes = 4096;
+
 struct PipelineOptions {
   // The network loader's options. `allocator` is ignored: received pixels go
   // to the device loader's pinned buffers.
@@ -54,7 +59,11 @@ struct PipelineOptions {
   // The device loader's options. `max_batch_bytes` == 0 (the default) means
   // batch_size * height * width * 3 of the transform's output size;
   // `pinned_slots` == 0 means loader.prefetch_batches + 2 (the network
-  // loader's window, the batch being copied and one spare).
+  // loader's window, the batch being copied and one spare). With
+  // loader.fields, `field_slot_bytes` == 0 means room for the rest of a
+  // full batch's payload: every image field's views beyond the image, the
+  // masks and kBytesFieldSlotBytes per sample for each bytes field; batches
+  // with larger bytes values still work (DeviceLoader::allocator()).
   // `batch_ops.seed` and `batch_ops.rank` are set from loader.seed and
   // loader.rank (the batch ops are keyed by the plan).
   DeviceLoaderOptions device;

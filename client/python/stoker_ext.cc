@@ -11,6 +11,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include "client/cuda_runtime.h"
 #include "client/cursor.h"
 #include "client/device_loader.h"
+#include "client/field_spec.h"
 #include "client/python/pipeline.h"
 #include "client/server_list.h"
 #include "image/ops/transform.h"
@@ -113,6 +115,21 @@ PyObject* MakeErrorType(py::module_& m, const char* name, py::tuple bases,
 
 // --- Batches handed to Python ---
 
+const char* RoleName(v1::FieldRole role) {
+  switch (role) {
+    case v1::FIELD_ROLE_IMAGE:
+      return "image";
+    case v1::FIELD_ROLE_MASK:
+      return "mask";
+    case v1::FIELD_ROLE_CLASS:
+      return "class";
+    case v1::FIELD_ROLE_BYTES:
+      return "bytes";
+    default:
+      return "unspecified";
+  }
+}
+
 // One delivered batch, still in the loader's uint8 NHWC staging slot
 // (device or host memory). Python allocates the output tensors itself
 // (PyTorch's caching allocator on the GPU, so every yielded tensor belongs
@@ -121,7 +138,9 @@ PyObject* MakeErrorType(py::module_& m, const char* name, py::tuple bases,
 // stream and releases the staging slot on that stream, so the slot is
 // reused only after the conversion has run. Batch ops (random erasing,
 // MixUp / CutMix) drawn by the device loader are applied to the converted
-// tensor right after, on the same stream. Single use; not thread-safe.
+// tensor right after, on the same stream. With fields, the masks and class
+// values are copied into the caller's tensors by the same call, and bytes
+// values are read (Values) before it. Single use; not thread-safe.
 class StagedBatch {
  public:
   StagedBatch(DeviceBatch batch, const ConvertOptions& output)
@@ -143,34 +162,149 @@ class StagedBatch {
   // Whether ConvertInto writes soft labels (n x num_classes float32).
   bool SoftLabels() const { return batch_.batch_ops().soft_labels; }
 
-  void ConvertInto(uintptr_t images, uintptr_t labels, uintptr_t stream) {
+  // Requests with fields: (name, role, shape, is_image) of every field in
+  // request order: role "image", "mask", "class" or "bytes"; shape as
+  // received ((n, h, w, c) for images and masks, (n, repeats, h, w, 3) for
+  // an image field with several views, (n,) otherwise); is_image true for
+  // the batch's image (converted into `images` by convert_into, with the
+  // batch ops), false for every other field, other image views included.
+  // Empty for a classic request.
+  py::list Fields() const {
+    py::list out;
+    const std::vector<FieldBatch>& fields = batch_.info().fields;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const FieldBatch& f = fields[i];
+      py::tuple shape(f.shape.size());
+      for (size_t d = 0; d < f.shape.size(); ++d) shape[d] = f.shape[d];
+      out.append(py::make_tuple(f.name, RoleName(f.role), shape,
+                                batch_.valid() && batch_.field_converted(i)));
+    }
+    return out;
+  }
+
+  // The n values of bytes field i: bytes, or with `text` str decoded as
+  // UTF-8 with errors="surrogateescape" (an invalid byte b becomes the lone
+  // surrogate U+DC00 + b, so s.encode("utf-8", "surrogateescape") gives the
+  // exact bytes back). Call before convert_into, which releases the batch.
+  py::list Values(size_t i, bool text) const {
     if (!batch_.valid()) {
       ThrowStatus(absl::FailedPreconditionError(
           "this batch was already converted"));
+    }
+    const std::vector<FieldBatch>& fields = batch_.info().fields;
+    if (i >= fields.size() || fields[i].role != v1::FIELD_ROLE_BYTES) {
+      ThrowInvalid(absl::StrCat("field ", i, " is not a bytes field"));
+    }
+    static const char kEmpty[1] = {0};
+    const char* base = batch_.field_data(i) != nullptr
+                           ? static_cast<const char*>(batch_.field_data(i))
+                           : kEmpty;
+    const std::vector<int64_t>& offsets = fields[i].offsets;
+    py::list out(offsets.size() - 1);
+    for (size_t j = 0; j + 1 < offsets.size(); ++j) {
+      const char* data = base + offsets[j];
+      const Py_ssize_t size = offsets[j + 1] - offsets[j];
+      PyObject* value =
+          text ? PyUnicode_DecodeUTF8(data, size, "surrogateescape")
+               : PyBytes_FromStringAndSize(data, size);
+      if (value == nullptr) throw py::error_already_set();
+      out[j] = py::reinterpret_steal<py::object>(value);
+    }
+    return out;
+  }
+
+  // fields (requests with fields; else empty): one address per field of
+  // Fields(), 0 to leave it out: for a mask, of a dense uint8 NHWC tensor of
+  // its shape; for a class field, of n int64 values; for an image field
+  // other than the batch's image, of a tensor like `images` for its n *
+  // repeats views (converted alike, without batch ops); ignored for the
+  // batch's image and bytes fields. images may be 0 (a request whose image
+  // fields are all views) unless batch ops are drawn; labels may be 0 (no
+  // label output) unless soft labels are written.
+  void ConvertInto(uintptr_t images, uintptr_t labels, uintptr_t stream,
+                   const std::vector<uintptr_t>& fields) {
+    if (!batch_.valid()) {
+      ThrowStatus(absl::FailedPreconditionError(
+          "this batch was already converted"));
+    }
+    if (!fields.empty() && fields.size() != batch_.info().fields.size()) {
+      ThrowInvalid(absl::StrCat("convert_into got ", fields.size(),
+                                " field addresses for ",
+                                batch_.info().fields.size(), " fields"));
+    }
+    if (images == 0 && batch_.batch_ops().active()) {
+      ThrowInvalid("random erasing and MixUp / CutMix apply to the batch's "
+                   "image, which this batch does not have");
+    }
+    if (labels == 0 && SoftLabels()) {
+      ThrowInvalid("convert_into needs a soft labels tensor (MixUp / CutMix)");
+    }
+    if (labels != 0 && !SoftLabels() && batch_.labels() == nullptr) {
+      ThrowInvalid("this batch has no labels: the request has no class field");
     }
     absl::Status s;
     {
       py::gil_scoped_release release;
       s = Convert(reinterpret_cast<void*>(images),
-                  reinterpret_cast<void*>(labels),
+                  reinterpret_cast<void*>(labels), fields,
                   reinterpret_cast<CudaStream>(stream));
     }
     if (!s.ok()) ThrowStatus(s);
   }
 
  private:
-  absl::Status Convert(void* images, void* labels, CudaStream stream) {
+  // The masks, class values and other image views of `fields` (see
+  // ConvertInto): on the host, else on `stream` (which waits on the batch).
+  absl::Status ConvertFields(const std::vector<uintptr_t>& fields,
+                             CudaStream stream) {
+    const std::vector<FieldBatch>& info = batch_.info().fields;
+    const bool cpu = batch_.device() == DeviceKind::kCpu;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const FieldBatch& f = info[i];
+      void* out = reinterpret_cast<void*>(fields[i]);
+      const auto* src = static_cast<const uint8_t*>(batch_.field_data(i));
+      if (out == nullptr || batch_.field_bytes(i) == 0) continue;
+      absl::Status s;
+      if (f.role == v1::FIELD_ROLE_IMAGE && !batch_.field_converted(i)) {
+        // (n, [repeats,] h, w, 3): n * repeats images.
+        const size_t d = f.shape.size();
+        ImageShape views{f.shape[0], f.shape[d - 3], f.shape[d - 2],
+                         f.shape[d - 1]};
+        if (d == 5) views.n *= f.shape[1];
+        s = cpu ? ConvertOnHost(src, views, output_, out)
+                : ConvertOnDevice(src, views, output_, out, stream);
+      } else if (f.role == v1::FIELD_ROLE_MASK ||
+                 f.role == v1::FIELD_ROLE_CLASS) {
+        if (cpu) {
+          std::memcpy(out, src, batch_.field_bytes(i));
+        } else {
+          s = CudaMemcpyAsync(out, src, batch_.field_bytes(i), stream);
+        }
+      }
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("field '", f.name, "': ",
+                                                   s.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Convert(void* images, void* labels,
+                       const std::vector<uintptr_t>& fields,
+                       CudaStream stream) {
     const HostBatch& info = batch_.info();
     const ImageShape shape{info.n, info.height, info.width, info.channels};
     const auto* pixels = static_cast<const uint8_t*>(batch_.data());
     const BatchOpsParams& ops = batch_.batch_ops();
     // With soft labels `labels` receives them; else the int64 labels.
     float* soft = ops.soft_labels ? static_cast<float*>(labels) : nullptr;
-    const size_t label_bytes =
-        ops.soft_labels ? 0 : static_cast<size_t>(info.n) * sizeof(int64_t);
+    const size_t label_bytes = ops.soft_labels || labels == nullptr
+                                   ? 0
+                                   : static_cast<size_t>(info.n) *
+                                         sizeof(int64_t);
     absl::Status s;
     if (batch_.device() == DeviceKind::kCpu) {
-      s = ConvertOnHost(pixels, shape, output_, images);
+      if (images != nullptr) s = ConvertOnHost(pixels, shape, output_, images);
       if (s.ok() && ops.active()) {
         s = ApplyBatchOpsOnHost(ops, shape, output_.dtype, output_.layout,
                                 images, batch_.labels(), soft);
@@ -178,13 +312,16 @@ class StagedBatch {
       if (s.ok() && label_bytes > 0) {
         std::memcpy(labels, batch_.labels(), label_bytes);
       }
+      if (s.ok()) s = ConvertFields(fields, stream);
       batch_.Release();
       return s;
     }
     ScopedCudaDevice device(batch_.device_id());
     if (!device.status().ok()) return device.status();
     s = batch_.WaitOn(stream);
-    if (s.ok()) s = ConvertOnDevice(pixels, shape, output_, images, stream);
+    if (s.ok() && images != nullptr) {
+      s = ConvertOnDevice(pixels, shape, output_, images, stream);
+    }
     if (s.ok() && ops.active()) {
       s = ApplyBatchOpsOnDevice(ops, batch_.erase_boxes(), shape,
                                 output_.dtype, output_.layout, images,
@@ -193,6 +330,7 @@ class StagedBatch {
     if (s.ok() && label_bytes > 0) {
       s = CudaMemcpyAsync(labels, batch_.labels(), label_bytes, stream);
     }
+    if (s.ok()) s = ConvertFields(fields, stream);
     // Recorded on `stream` (the last WaitOn), or, if the wait failed, a
     // release without an event: nothing was enqueued that reads the slot.
     batch_.Release();
@@ -264,6 +402,8 @@ struct Settings {
   std::string dataset;
   int batch_size = 256;
   std::string transform;
+  // The text form of client/field_spec.h; empty: a classic request.
+  std::string fields;
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = false;
@@ -325,11 +465,18 @@ Configured ToOptions(const Settings& s) {
   if (s.dataset.empty()) ThrowInvalid("dataset must be a non-empty name");
   l.dataset = s.dataset;
   absl::StatusOr<v1::TransformPipeline> transform =
-      image::ParseTransform(s.transform);
+      image::ParseTransform(s.transform, image::kClientTransformChecks);
   if (!transform.ok()) {
     ThrowInvalid(absl::StrCat("transform: ", transform.status().message()));
   }
   l.transform = *std::move(transform);
+  if (!s.fields.empty()) {
+    absl::StatusOr<std::vector<ParsedField>> fields = ParseFields(s.fields);
+    if (!fields.ok()) {
+      ThrowInvalid(absl::StrCat("fields: ", fields.status().message()));
+    }
+    l.fields = FieldSpecs(*fields);
+  }
   l.batch_size = s.batch_size;
   l.seed = s.seed;
   l.shuffle = s.shuffle;
@@ -542,6 +689,38 @@ void SetLogLevel(const std::string& level) {
                             "critical or off"));
 }
 
+// The fields' text form as dicts: name, role ("image", "mask", "class",
+// "bytes" or "text"), missing ("error", "skip" or "empty"), channels (masks),
+// repeats and own_transform (images: views per sample; a pipeline of its
+// own).
+py::list ParseFieldsList(const std::string& text) {
+  absl::StatusOr<std::vector<ParsedField>> fields = ParseFields(text);
+  if (!fields.ok()) {
+    ThrowInvalid(absl::StrCat("fields: ", fields.status().message()));
+  }
+  py::list out;
+  for (const ParsedField& f : *fields) {
+    py::dict d;
+    d["name"] = f.spec.name();
+    d["role"] = f.text ? "text" : RoleName(f.spec.role());
+    switch (f.spec.missing()) {
+      case v1::MISSING_POLICY_SKIP:
+        d["missing"] = "skip";
+        break;
+      case v1::MISSING_POLICY_EMPTY:
+        d["missing"] = "empty";
+        break;
+      default:
+        d["missing"] = "error";
+    }
+    d["channels"] = std::max(1, static_cast<int>(f.spec.channels()));
+    d["repeats"] = std::max(1, static_cast<int>(f.spec.repeats()));
+    d["own_transform"] = !f.spec.transform().steps().empty();
+    out.append(d);
+  }
+  return out;
+}
+
 py::dict ParseCursorDict(const std::string& text) {
   const Cursor cursor = ParseCursorOrThrow(text);
   py::dict d;
@@ -604,8 +783,11 @@ PYBIND11_MODULE(_stoker, m) {
                           "caller's tensors (see stoker.Loader).")
       .def_property_readonly("shape", &StagedBatch::Shape)
       .def_property_readonly("soft_labels", &StagedBatch::SoftLabels)
+      .def_property_readonly("fields", &StagedBatch::Fields)
+      .def("values", &StagedBatch::Values, py::arg("index"), py::arg("text"))
       .def("convert_into", &StagedBatch::ConvertInto, py::arg("images"),
-           py::arg("labels"), py::arg("stream"));
+           py::arg("labels"), py::arg("stream"),
+           py::arg("fields") = std::vector<uintptr_t>());
 
   py::class_<Settings>(m, "Settings")
       .def(py::init<>())
@@ -613,6 +795,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def_readwrite("dataset", &Settings::dataset)
       .def_readwrite("batch_size", &Settings::batch_size)
       .def_readwrite("transform", &Settings::transform)
+      .def_readwrite("fields", &Settings::fields)
       .def_readwrite("seed", &Settings::seed)
       .def_readwrite("shuffle", &Settings::shuffle)
       .def_readwrite("drop_last", &Settings::drop_last)
@@ -667,6 +850,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def_property_readonly("value", &Checksum::value);
 
   m.def("parse_cursor", &ParseCursorDict, py::arg("text"));
+  m.def("parse_fields", &ParseFieldsList, py::arg("text"));
   m.def("set_log_level", &SetLogLevel, py::arg("level"));
   m.def("cuda_device_count", [] { return CudaDeviceCount(); });
 

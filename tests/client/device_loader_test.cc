@@ -1,9 +1,13 @@
 #include "client/device_loader.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <set>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -11,9 +15,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "client/batch_ops.h"
 #include "client/convert.h"
 #include "client/cuda_runtime.h"
+#include "client/host_batch.h"
+#include "client/pinned_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/fake_batch_source.h"
@@ -499,6 +506,337 @@ TEST_F(DeviceLoaderTest, ParsesDeviceNames) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseDevice("gpu", &kind, &id).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// --- Requests with fields ---
+
+// The request "image=jpg:image, a=cls:class, mask=seg.png:mask,
+// caption=txt:bytes, b=x:class" as the network loader delivers it: the
+// payload holds the image, then the 1-channel mask, then the captions.
+constexpr size_t kMaskBytes = size_t{kBatch} * kHeight * kWidth;
+
+uint8_t MaskPixel(int64_t index, size_t i) {
+  return static_cast<uint8_t>(index * 31 + i * 7);
+}
+
+std::string Caption(int64_t index, int i, size_t bytes) {
+  std::string out = absl::StrFormat("caption %d/%d ", index, i);
+  out.resize(bytes, static_cast<char>('a' + (index + i) % 26));
+  return out;
+}
+
+int32_t ClassA(int64_t index, int i) {
+  return static_cast<int32_t>(index * 10 + i);
+}
+
+// -1 (missing, kept) for sample 1.
+int32_t ClassB(int64_t index, int i) {
+  return i == 1 ? -1 : static_cast<int32_t>(index + 100 * i);
+}
+
+absl::StatusOr<HostBatch> FieldsBatch(PixelAllocator* allocator,
+                                      const FakeBatchSpec& spec,
+                                      size_t caption_bytes) {
+  HostBatch b = FakeBatchSource::Info(spec);
+  const size_t n = static_cast<size_t>(spec.n);
+  const size_t image = b.pixel_bytes();
+  const size_t mask = n * spec.height * spec.width;
+  const size_t captions = n * caption_bytes;
+  absl::StatusOr<PixelBuffer> pixels =
+      allocator->Allocate(image + mask + captions);
+  if (!pixels.ok()) return pixels.status();
+  b.pixels = *std::move(pixels);
+  const std::vector<uint8_t> want = FakeBatchSource::Pixels(spec);
+  std::copy(want.begin(), want.end(), b.pixels.data());
+  for (size_t i = 0; i < mask; ++i) {
+    b.pixels.data()[image + i] = MaskPixel(spec.batch_index, i);
+  }
+  FieldBatch f_image{"image", v1::FIELD_ROLE_IMAGE,
+                     {spec.n, spec.height, spec.width, spec.channels}};
+  f_image.data_size = image;
+  FieldBatch f_a{"a", v1::FIELD_ROLE_CLASS, {spec.n}};
+  FieldBatch f_mask{"mask", v1::FIELD_ROLE_MASK,
+                    {spec.n, spec.height, spec.width, 1}};
+  f_mask.data_offset = image;
+  f_mask.data_size = mask;
+  FieldBatch f_caption{"caption", v1::FIELD_ROLE_BYTES, {spec.n}};
+  f_caption.data_offset = image + mask;
+  f_caption.data_size = captions;
+  f_caption.offsets.push_back(0);
+  FieldBatch f_b{"b", v1::FIELD_ROLE_CLASS, {spec.n}};
+  for (int i = 0; i < spec.n; ++i) {
+    f_a.labels.push_back(ClassA(spec.batch_index, i));
+    f_b.labels.push_back(ClassB(spec.batch_index, i));
+    const std::string c = Caption(spec.batch_index, i, caption_bytes);
+    std::memcpy(b.pixels.data() + f_caption.data_offset + i * caption_bytes,
+                c.data(), c.size());
+    f_caption.offsets.push_back(static_cast<int64_t>((i + 1) * caption_bytes));
+  }
+  b.labels = f_a.labels;
+  b.fields = {f_image, f_a, f_mask, f_caption, f_b};
+  return b;
+}
+
+// Runs the scripted steps in order, then blocks until Cancel().
+class ScriptedSource : public BatchSource {
+ public:
+  using Step = std::function<absl::StatusOr<HostBatch>()>;
+
+  void Add(Step step) {
+    absl::MutexLock lock(&mu_);
+    steps_.push_back(std::move(step));
+  }
+
+  absl::StatusOr<HostBatch> Next() override {
+    Step step;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](ScriptedSource* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+            return s->cancelled_ || !s->steps_.empty();
+          },
+          this));
+      if (cancelled_) return absl::CancelledError("scripted source cancelled");
+      step = std::move(steps_.front());
+      steps_.pop_front();
+    }
+    return step();
+  }
+
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<Step> steps_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class DeviceLoaderFieldsTest : public DeviceLoaderTest {
+ protected:
+  void TearDown() override {
+    // The loader uses `fields_`, which goes first.
+    if (loader_ != nullptr) loader_->Stop();
+  }
+
+  // Queues the batch FieldsBatch makes for `spec` (allocated from the
+  // loader's allocator(), as the network loader does), with `edit` applied.
+  void AddFieldsBatch(const FakeBatchSpec& spec, size_t caption_bytes,
+                      std::function<void(HostBatch&)> edit = nullptr) {
+    PixelAllocator* allocator = loader_->allocator();
+    fields_.Add([=]() -> absl::StatusOr<HostBatch> {
+      absl::StatusOr<HostBatch> b = FieldsBatch(allocator, spec, caption_bytes);
+      if (b.ok() && edit) edit(*b);
+      return b;
+    });
+  }
+
+  void StartFields() { ASSERT_TRUE(loader_->Start(&fields_).ok()); }
+
+  // Checks every field of `b` against what FieldsBatch wrote for `spec`.
+  static void ExpectFields(const DeviceBatch& b, const FakeBatchSpec& spec,
+                           size_t caption_bytes,
+                           const ConvertOptions& convert) {
+    ASSERT_EQ(b.info().fields.size(), 5u);
+    const int64_t index = spec.batch_index;
+    EXPECT_EQ(b.info().fields[0].name, "image");
+    EXPECT_EQ(b.field_data(0), b.data());
+    EXPECT_EQ(b.field_bytes(0), b.data_bytes());
+    EXPECT_EQ(Bytes(b), ExpectedConversion(spec, convert));
+    const size_t n = static_cast<size_t>(spec.n);
+    ASSERT_EQ(b.field_bytes(1), n * sizeof(int64_t));
+    ASSERT_EQ(b.field_bytes(4), n * sizeof(int64_t));
+    const auto* a = static_cast<const int64_t*>(b.field_data(1));
+    const auto* c = static_cast<const int64_t*>(b.field_data(4));
+    EXPECT_EQ(b.labels(), a);
+    for (int i = 0; i < spec.n; ++i) {
+      EXPECT_EQ(a[i], ClassA(index, i));
+      EXPECT_EQ(c[i], ClassB(index, i));
+    }
+    const size_t mask = n * spec.height * spec.width;
+    ASSERT_EQ(b.field_bytes(2), mask);
+    const auto* m = static_cast<const uint8_t*>(b.field_data(2));
+    int wrong = 0;
+    for (size_t i = 0; i < mask; ++i) wrong += m[i] != MaskPixel(index, i);
+    EXPECT_EQ(wrong, 0) << "batch " << index;
+    ASSERT_EQ(b.field_bytes(3), n * caption_bytes);
+    const auto* text = static_cast<const char*>(b.field_data(3));
+    const std::vector<int64_t>& offsets = b.info().fields[3].offsets;
+    for (int i = 0; i < spec.n; ++i) {
+      EXPECT_EQ(std::string(text + offsets[i], offsets[i + 1] - offsets[i]),
+                Caption(index, i, caption_bytes));
+    }
+  }
+
+  ScriptedSource fields_;
+};
+
+TEST_F(DeviceLoaderFieldsTest, FieldsOutliveThePinnedBufferTheyCameIn) {
+  DeviceLoaderOptions options = Options();
+  options.pinned_slots = 1;  // every batch arrives in the same buffer
+  options.output_slots = 4;
+  options.convert.dtype = DType::kFloat32;
+  options.field_slot_bytes = kMaskBytes + kBatch * 16;
+  StartLoader(options);
+  for (int i = 0; i < 3; ++i) AddFieldsBatch(Spec(1, i), 16);
+  fields_.Add([] { return absl::OutOfRangeError("end of epoch 1"); });
+  StartFields();
+  std::vector<DeviceBatch> held;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<DeviceBatch> b = loader_->Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    held.push_back(*std::move(b));
+  }
+  // Queued after the last batch's buffer went back.
+  EXPECT_EQ(loader_->Next().status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(loader_->pinned_allocator()->free_slots(), 1);
+  for (int i = 0; i < 3; ++i) {
+    ExpectFields(held[i], Spec(1, i), 16, options.convert);
+  }
+}
+
+TEST_F(DeviceLoaderFieldsTest, PayloadsLargerThanASlotGoToTheHeap) {
+  DeviceLoaderOptions options = Options();  // 2 pinned slots of kMaxBytes
+  options.convert.dtype = DType::kUint8;
+  options.convert.layout = Layout::kNHWC;
+  StartLoader(options);
+  PinnedPool* pinned = loader_->pinned_allocator();
+  {
+    absl::StatusOr<PixelBuffer> big =
+        loader_->allocator()->Allocate(kMaxBytes + 1);
+    ASSERT_TRUE(big.ok()) << big.status();
+    EXPECT_EQ(big->size(), kMaxBytes + 1);
+    EXPECT_FALSE(pinned->Owns(big->data()));
+    // It holds a slot all the same.
+    EXPECT_EQ(pinned->free_slots(), 1);
+    absl::StatusOr<PixelBuffer> small = loader_->allocator()->Allocate(10);
+    ASSERT_TRUE(small.ok());
+    EXPECT_TRUE(pinned->Owns(small->data()));
+    EXPECT_EQ(pinned->free_slots(), 0);
+  }
+  EXPECT_EQ(pinned->free_slots(), 2);
+
+  // Captions of 1000 bytes do not fit the slots; the batches still arrive.
+  for (int i = 0; i < 3; ++i) AddFieldsBatch(Spec(0, i), 1000);
+  fields_.Add([] { return absl::OutOfRangeError("end of epoch 0"); });
+  StartFields();
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<DeviceBatch> b = loader_->Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ExpectFields(*b, Spec(0, i), 1000, options.convert);
+  }
+  EXPECT_EQ(loader_->Next().status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(pinned->free_slots(), 2);
+  loader_->Stop();
+  EXPECT_EQ(loader_->allocator()->Allocate(kMaxBytes + 1).status().code(),
+            absl::StatusCode::kCancelled);
+}
+
+TEST_F(DeviceLoaderFieldsTest, MalformedFieldsFailTheirBatchAlone) {
+  StartLoader(Options());
+  AddFieldsBatch(Spec(0, 0), 8,
+                 [](HostBatch& b) { b.fields[3].offsets.back() += 1; });
+  AddFieldsBatch(Spec(0, 1), 8,
+                 [](HostBatch& b) { b.fields[4].labels.pop_back(); });
+  AddFieldsBatch(Spec(0, 2), 8, [](HostBatch& b) { b.labels[0] += 1; });
+  AddFieldsBatch(Spec(0, 3), 8,
+                 [](HostBatch& b) { b.fields[2].data_offset += 1 << 20; });
+  AddFieldsBatch(Spec(0, 4), 8);
+  StartFields();
+  for (const char* why : {"field 'caption' has bad offsets",
+                          "field 'b' does not have n values",
+                          "first class field",
+                          "field 'mask' lies outside"}) {
+    absl::StatusOr<DeviceBatch> b = loader_->Next();
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << why;
+    EXPECT_THAT(b.status().message(), HasSubstr(why));
+  }
+  absl::StatusOr<DeviceBatch> good = loader_->Next();
+  ASSERT_TRUE(good.ok()) << good.status();
+  ExpectFields(*good, Spec(0, 4), 8, Options().convert);
+}
+
+TEST_F(DeviceLoaderFieldsTest, WithoutAClassFieldThereAreNoLabels) {
+  DeviceLoaderOptions options = Options();
+  options.field_slot_bytes = kMaskBytes + kBatch * 8;
+  StartLoader(options);
+  AddFieldsBatch(Spec(0, 0), 8, [](HostBatch& b) {
+    b.fields.erase(b.fields.begin() + 4);
+    b.fields.erase(b.fields.begin() + 1);
+    b.labels.clear();
+  });
+  StartFields();
+  absl::StatusOr<DeviceBatch> b = loader_->Next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->labels(), nullptr);
+  ASSERT_EQ(b->info().fields.size(), 3u);
+  EXPECT_EQ(b->field_bytes(1), kMaskBytes);
+  EXPECT_EQ(static_cast<const uint8_t*>(b->field_data(1))[5],
+            MaskPixel(0, 5));
+  EXPECT_EQ(std::string(static_cast<const char*>(b->field_data(2)), 8),
+            Caption(0, 0, 8));
+}
+
+TEST_F(DeviceLoaderFieldsTest, ImageViewsTravelLikeMasks) {
+  // "global=jpg:image:repeats=2, local=jpg:image:transform=...": the first
+  // field has two views per sample, so no field is the batch's image; then
+  // "image=jpg:image, small=jpg:image:transform=...": the first is.
+  constexpr int kSmall = 4;
+  const size_t view = size_t{kBatch} * kHeight * kWidth * 3;
+  const size_t small = size_t{kBatch} * kSmall * kSmall * 3;
+  auto make = [&](bool repeats) -> absl::StatusOr<HostBatch> {
+    HostBatch b = FakeBatchSource::Info(Spec(0, repeats ? 0 : 1));
+    const size_t first = repeats ? 2 * view : view;
+    absl::StatusOr<PixelBuffer> pixels =
+        loader_->allocator()->Allocate(first + small);
+    if (!pixels.ok()) return pixels.status();
+    b.pixels = *std::move(pixels);
+    for (size_t i = 0; i < first + small; ++i) {
+      b.pixels.data()[i] = static_cast<uint8_t>(i * 13 + 5);
+    }
+    FieldBatch a{"a", v1::FIELD_ROLE_IMAGE,
+                 repeats ? std::vector<int>{kBatch, 2, kHeight, kWidth, 3}
+                         : std::vector<int>{kBatch, kHeight, kWidth, 3}};
+    a.data_size = first;
+    FieldBatch c{"c", v1::FIELD_ROLE_IMAGE, {kBatch, kSmall, kSmall, 3}};
+    c.data_offset = first;
+    c.data_size = small;
+    b.labels.clear();
+    b.fields = {a, c};
+    return b;
+  };
+  DeviceLoaderOptions options = Options();
+  options.convert.dtype = DType::kFloat32;
+  StartLoader(options);
+  fields_.Add([&] { return make(/*repeats=*/true); });
+  fields_.Add([&] { return make(/*repeats=*/false); });
+  StartFields();
+  auto expect_copy = [](const DeviceBatch& b, size_t i, size_t offset) {
+    const auto* got = static_cast<const uint8_t*>(b.field_data(i));
+    int wrong = 0;
+    for (size_t k = 0; k < b.field_bytes(i); ++k) {
+      wrong += got[k] != static_cast<uint8_t>((offset + k) * 13 + 5);
+    }
+    EXPECT_EQ(wrong, 0) << b.info().fields[i].name;
+  };
+  absl::StatusOr<DeviceBatch> views = loader_->Next();
+  ASSERT_TRUE(views.ok()) << views.status();
+  EXPECT_FALSE(views->field_converted(0));
+  EXPECT_FALSE(views->field_converted(1));
+  ASSERT_EQ(views->field_bytes(0), 2 * view);
+  ASSERT_EQ(views->field_bytes(1), small);
+  expect_copy(*views, 0, 0);
+  expect_copy(*views, 1, 2 * view);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(views->field_data(1)) % 256, 0u);
+  absl::StatusOr<DeviceBatch> image = loader_->Next();
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_TRUE(image->field_converted(0));
+  EXPECT_EQ(image->field_data(0), image->data());
+  EXPECT_FALSE(image->field_converted(1));
+  ASSERT_EQ(image->field_bytes(1), small);
+  expect_copy(*image, 1, view);
 }
 
 }  // namespace

@@ -16,9 +16,12 @@
 Every batch is converted straight into new tensors that the caller owns:
 `images` is (N, 3, H, W) with channels-last strides when
 channels_last=True, `labels` is int64 (N,) (float32 (N, num_classes) soft
-targets with mixup_alpha / cutmix_alpha). See `Loader` for epochs, ranks,
-checkpointing (state_dict), batch augmentations (random_erasing, MixUp,
-CutMix) and statistics.
+targets with mixup_alpha / cutmix_alpha). With
+fields="image=jpg:image, mask=seg.png:mask, caption=txt:text, ..." it yields
+a dict of the named fields instead (tensors for images, masks and classes,
+list[bytes] / list[str] for bytes and text). See `Loader` for fields,
+epochs, ranks, checkpointing (state_dict), batch augmentations
+(random_erasing, MixUp, CutMix) and statistics.
 
 Errors are `StokerError` (a RuntimeError) subclasses that carry the status
 code name in `.code`:

@@ -1,4 +1,5 @@
-"""stoker.Loader: iterate over (images, labels) torch tensors from Stoker."""
+"""stoker.Loader: iterate over (images, labels) torch tensors from Stoker,
+or over the fields a request names (dicts of tensors, bytes and str)."""
 
 import math
 import numbers
@@ -200,6 +201,36 @@ def _random_erasing_arg(value):
     return dict(p=p, scale=scale, ratio=ratio, value=fill, random=random)
 
 
+def _fields_arg(fields):
+    """fields -> (text, parsed list of dicts) or (None, None)."""
+    if fields is None:
+        return None, None
+    if not isinstance(fields, str):
+        raise _invalid("fields must be a str such as 'image=jpg;png:image, "
+                       "mask=seg.png:mask:skip, caption=txt:text, "
+                       f"label=cls:class', got {fields!r}")
+    parsed = _stoker.parse_fields(fields)  # ValueError naming the field
+    names = set()
+    for field in parsed:
+        if field["name"] in names:
+            raise _invalid(f"fields: field '{field['name']}' appears twice")
+        names.add(field["name"])
+    if not any(f["role"] == "image" for f in parsed):
+        raise _invalid("fields: no image field (at least one field has role "
+                       "image, e.g. image=jpg;png:image)")
+    return fields, parsed
+
+
+def _image_field(parsed):
+    """The field that is "the image" (converted, erased and mixed like the
+    images of a request without fields): the first image field, unless it
+    has views of its own (repeats=, transform=); else None."""
+    first = next(f for f in parsed if f["role"] == "image")
+    if first["repeats"] == 1 and not first["own_transform"]:
+        return first["name"]
+    return None
+
+
 def _distributed_defaults():
     """(rank, world_size) of torch.distributed if initialized, else of the
     RANK / WORLD_SIZE environment variables, else (0, 1)."""
@@ -226,7 +257,9 @@ class Loader:
     Iterating yields ``(images, labels)`` for one epoch of this rank's share
     of the dataset: ``images`` of shape (N, 3, H, W) and the chosen dtype on
     the chosen device, ``labels`` int64 of shape (N,) on the same device
-    (float32 (N, num_classes) soft targets with MixUp / CutMix).
+    (float32 (N, num_classes) soft targets with MixUp / CutMix). With
+    ``fields`` it yields a dict of the named fields instead (see Fields
+    below).
     Every yielded tensor is the caller's own, allocated by torch (on CUDA
     through its caching allocator): keep as many as you like, e.g.
     ``list(loader)``; they cost only their memory.
@@ -325,6 +358,11 @@ class Loader:
         off = s / C); only with mixing (otherwise use the loss's).
       num_classes: width C of the soft targets; required with mixing. Every
         label must lie in [0, C).
+      fields: the sample's outputs in the text form of stoker_fetch
+        --fields (see Fields below); None (default): (images, labels).
+        A malformed text raises ValueError naming the field.
+      fields_as_tuple: with fields, yield a tuple in the order asked
+        instead of a dict.
 
     Batch augmentations happen after the conversion, erasing first, then
     mixing, with the same float32 arithmetic on "cpu" and "cuda" (float16 /
@@ -336,6 +374,42 @@ class Loader:
     width)) and info["mix"] (mode "none" / "mixup" / "cutmix", lam, the
     float32 weights (lam, 1 - lam), CutMix box (y0, y1, x0, x1) or None,
     partner "flip"), and info["labels"] (the hard labels).
+
+    Fields: ``fields="image=jpg;png:image, mask=seg.png:mask:skip,
+    caption=txt:text, meta=json:bytes, label=cls:class"`` names the sample's
+    outputs (NAME=EXTENSIONS:ROLE[:OPTION...], see client/field_spec.h; the
+    options are what a sample without the member does, error (default),
+    skip or empty, for masks channels=N and fill=V, for images transform=
+    and repeats=). Iteration then yields a dict {name: value} in the order
+    asked (or, with fields_as_tuple=True, a tuple in that order), and
+    iter_with_info() yields (dict_or_tuple, info). Values:
+
+      image  the first image field (without repeats= / transform=): the
+             images exactly as above (dtype, mean / std, channels_last,
+             random_erasing, MixUp / CutMix). Other image fields are views
+             of the same decode (multi-crop), converted alike but never
+             erased or mixed: (N, 3, H, W), or (N, R, 3, H, W) with
+             repeats=R (each view laid out as channels_last says).
+      mask   uint8 on the device, the mask warped with its image's own
+             geometry (nearest neighbour): (N, H, W) for 1 channel, else
+             (N, C, H, W) (NHWC memory with channels_last, like the image).
+             Random erasing does not touch masks.
+      class  int64 (N,) on the device; -1 for a sample kept without the
+             member (option empty). With MixUp / CutMix the first class
+             field holds the soft targets (as `labels` above) and
+             info["labels"] its hard values.
+      bytes  list[bytes], the member's bytes untouched.
+      text   list[str]: the bytes decoded as UTF-8 with
+             errors="surrogateescape", so nothing is lost: invalid bytes
+             become lone surrogates and s.encode("utf-8", "surrogateescape")
+             gives the exact bytes back.
+
+    MixUp / CutMix need a class field (the first one is mixed) and a single
+    image field without views, and refuse mask fields (a mixed mask has no
+    meaning); random_erasing needs the image as defined above and leaves
+    masks and views alone. A dataset whose samples lack some members works
+    as the policies say: skipped samples are reported in info["skipped"]
+    and stats() as for corrupt ones.
     """
 
     def __init__(self, servers, dataset, batch_size=256,
@@ -348,7 +422,7 @@ class Loader:
                  unavailable_timeout=30.0, output_slots=4, pinned_slots=0,
                  random_erasing=None, mixup_alpha=0.0, cutmix_alpha=0.0,
                  mix_prob=1.0, switch_prob=0.5, label_smoothing=0.0,
-                 num_classes=None):
+                 num_classes=None, fields=None, fields_as_tuple=False):
         self._pipeline = None
         settings = _stoker.Settings()
         settings.servers = _servers_arg(servers)
@@ -361,6 +435,12 @@ class Loader:
                            "'RandomResizedCrop(224)|RandomHorizontalFlip()', "
                            f"got {transform!r}")
         settings.transform = transform
+        fields_text, self._fields = _fields_arg(fields)
+        if fields_text is not None:
+            settings.fields = fields_text
+        self._fields_as_tuple = bool(fields_as_tuple)
+        if self._fields_as_tuple and self._fields is None:
+            raise _invalid("fields_as_tuple=True needs fields")
         settings.seed = _int_arg("seed", seed, 0, 2**64 - 1)
         settings.shuffle = bool(shuffle)
         settings.drop_last = bool(drop_last)
@@ -430,6 +510,8 @@ class Loader:
                            "torch.nn.CrossEntropyLoss(label_smoothing=...)")
         elif num_classes is not None:
             settings.num_classes = _int_arg("num_classes", num_classes, 1)
+        if self._fields is not None:
+            self._check_field_ops(settings)
         if self._dtype == torch.uint8 and (settings.erasing_p > 0 or
                                            self._mixing):
             raise _invalid("random_erasing, mixup_alpha and cutmix_alpha need "
@@ -449,6 +531,25 @@ class Loader:
         # Bumped by every new iteration (and by load_state_dict / set_epoch)
         # so older iterators know they are stale.
         self._generation = 0
+
+    def _check_field_ops(self, settings):
+        """Batch augmentations with fields: they apply to the image alone."""
+        roles = [f["role"] for f in self._fields]
+        if self._mixing:
+            if "mask" in roles:
+                raise _invalid("MixUp/CutMix do not apply to masks: drop "
+                               "mixup_alpha / cutmix_alpha or the mask fields")
+            if "class" not in roles:
+                raise _invalid("mixup_alpha / cutmix_alpha need a class "
+                               "field (e.g. label=cls:class) to mix: the "
+                               "first one becomes the soft targets")
+            if roles.count("image") > 1 or _image_field(self._fields) is None:
+                raise _invalid("MixUp/CutMix apply to a single image: not "
+                               "with several image fields or repeats= / "
+                               "transform= views")
+        if settings.erasing_p > 0 and _image_field(self._fields) is None:
+            raise _invalid("random_erasing applies to the image: the first "
+                           "image field, without repeats= or transform=")
 
     # --- properties ---
 
@@ -483,6 +584,13 @@ class Loader:
         return self._dtype
 
     @property
+    def fields(self):
+        """The field names in request order (None without fields)."""
+        if self._fields is None:
+            return None
+        return [f["name"] for f in self._fields]
+
+    @property
     def plan_id(self):
         """Identifies the plan (dataset content, transform, batch size, seed,
         rank, world size, shuffle, drop_last) that state dicts belong to."""
@@ -505,9 +613,11 @@ class Loader:
         return self._iterate(with_info=False)
 
     def iter_with_info(self):
-        """Like iter(loader), yielding (images, labels, info) where info is a
-        dict: epoch, batch_index, keys, sample_indices and labels (per
-        sample; labels are the hard int labels, also when `labels` are soft),
+        """Like iter(loader), yielding (images, labels, info) (with fields:
+        (dict_or_tuple, info)) where info is a dict: epoch, batch_index,
+        keys, sample_indices and labels (per sample; labels are the hard int
+        labels, also when `labels` are soft; with fields the first class
+        field's, empty without one),
         server (which sent the batch) and skipped (samples the server left
         out: dicts with sample_index, key, shard, reason); with
         random_erasing, erase (per sample None or (top, left, height,
@@ -534,17 +644,95 @@ class Loader:
         """New (images, labels) tensors for a batch of logical shape
         (n, c, h, w), from torch's allocator (on CUDA: its caching allocator,
         for the current stream)."""
-        images = torch.empty(
+        return self._allocate_images(shape), self._allocate_labels(shape[0])
+
+    def _allocate_images(self, shape):
+        return torch.empty(
             shape, dtype=self._dtype, device=self._device,
             memory_format=(torch.channels_last if self._settings.channels_last
                            else torch.contiguous_format))
+
+    def _allocate_labels(self, n):
         if self._mixing:
-            labels = torch.empty((shape[0], self._settings.num_classes),
-                                 dtype=torch.float32, device=self._device)
-        else:
-            labels = torch.empty((shape[0],), dtype=torch.int64,
-                                 device=self._device)
-        return images, labels
+            return torch.empty((n, self._settings.num_classes),
+                               dtype=torch.float32, device=self._device)
+        return torch.empty((n,), dtype=torch.int64, device=self._device)
+
+    def _allocate_views(self, shape):
+        """A tensor for an image field of views: received shape (n, h, w, 3)
+        or (n, repeats, h, w, 3); logical (n, 3, h, w) or (n, repeats, 3, h,
+        w), each view laid out like the images."""
+        views = shape[0] * (shape[1] if len(shape) == 5 else 1)
+        h, w, c = shape[-3:]
+        tensor = self._allocate_images((views, c, h, w))
+        if len(shape) == 5:
+            tensor = tensor.view(shape[0], shape[1], c, h, w)
+        return tensor
+
+    def _convert(self, staged):
+        """Converts a staged batch into (images, labels), or with fields
+        into a dict (or tuple) of the fields' values."""
+        stream = 0
+        if self._device.type == "cuda":
+            stream = torch.cuda.current_stream(self._device).cuda_stream
+        if self._fields is None:
+            images, labels = self._allocate(staged.shape)
+            staged.convert_into(images.data_ptr(), labels.data_ptr(), stream)
+            return images, labels
+        received = staged.fields
+        if [r[0] for r in received] != self.fields:
+            raise _stoker.DataLossError(
+                f"the batch has fields {[r[0] for r in received]}, the "
+                f"request named {self.fields}")
+        images = None
+        labels = None
+        values = []
+        addresses = []
+        for index, (field, (_, role, shape, is_image)) in enumerate(
+                zip(self._fields, received)):
+            address = 0
+            if is_image:
+                images = self._allocate_images(staged.shape)
+                value = images
+            elif role == "image":
+                value = self._allocate_views(shape)
+                address = value.data_ptr()
+            elif role == "mask":
+                value = torch.empty(shape, dtype=torch.uint8,
+                                    device=self._device)
+                address = value.data_ptr()
+            elif role == "class":
+                if labels is None:
+                    labels = self._allocate_labels(shape[0])
+                    value = labels
+                    if not self._mixing:
+                        address = labels.data_ptr()
+                else:
+                    value = torch.empty((shape[0],), dtype=torch.int64,
+                                        device=self._device)
+                    address = value.data_ptr()
+            else:
+                value = staged.values(index, field["role"] == "text")
+            values.append(value)
+            addresses.append(address)
+        # Only soft labels go through `labels`; class fields are addresses.
+        staged.convert_into(
+            images.data_ptr() if images is not None else 0,
+            labels.data_ptr() if self._mixing else 0, stream, addresses)
+        for index, (_, role, shape, _) in enumerate(received):
+            if role != "mask":
+                continue
+            n, h, w, c = shape
+            mask = values[index]
+            if c == 1:
+                values[index] = mask.view(n, h, w)
+            else:
+                mask = mask.permute(0, 3, 1, 2)  # channels_last memory
+                values[index] = (mask if self._settings.channels_last
+                                 else mask.contiguous())
+        if self._fields_as_tuple:
+            return tuple(values)
+        return {f["name"]: v for f, v in zip(self._fields, values)}
 
     def _resume_epoch(self):
         return _stoker.parse_cursor(self._resume)["epoch"]
@@ -578,8 +766,8 @@ class Loader:
     def load_state_dict(self, state_dict):
         """Restores a state_dict() of a loader with the same arguments (the
         cursor must belong to this plan: same dataset content, transform,
-        batch size, seed, rank, world size, shuffle and drop_last). The next
-        iteration continues from there."""
+        batch size, seed, rank, world size, shuffle, drop_last and fields).
+        The next iteration continues from there."""
         pipeline = self._open()
         if not isinstance(state_dict, dict):
             raise _invalid(f"state_dict must be a dict, got {type(state_dict)}")
@@ -601,8 +789,8 @@ class Loader:
                 raise _invalid(
                     f"state_dict belongs to plan {position['plan_id']}, this "
                     f"loader's plan is {pipeline.plan_id}: dataset, transform, "
-                    "batch_size, seed, rank, world_size, shuffle and drop_last "
-                    "must match the loader that saved it")
+                    "batch_size, seed, rank, world_size, shuffle, drop_last and "
+                    "fields must match the loader that saved it")
             if position["next_batch"] > pipeline.num_batches or any(
                     b >= pipeline.num_batches
                     for b in position["delivered_after"]):
@@ -645,11 +833,12 @@ class Loader:
 
     def __repr__(self):
         s = self._settings
+        fields = f", fields={s.fields!r}" if self._fields is not None else ""
         return (f"stoker.Loader(servers={s.servers!r}, dataset={s.dataset!r}, "
                 f"batch_size={s.batch_size}, transform={s.transform!r}, "
                 f"rank={s.rank}, world_size={s.world_size}, "
                 f"device='{self._device}', dtype={self._dtype}, "
-                f"channels_last={s.channels_last})")
+                f"channels_last={s.channels_last}{fields})")
 
     def _open(self):
         if self._pipeline is None or self._pipeline.closed:
@@ -693,11 +882,10 @@ class _EpochIterator:
             loader._in_progress = False
             raise StopIteration
         staged, info = item
-        images, labels = loader._allocate(staged.shape)
-        stream = 0
-        if images.is_cuda:
-            stream = torch.cuda.current_stream(images.device).cuda_stream
-        staged.convert_into(images.data_ptr(), labels.data_ptr(), stream)
+        converted = loader._convert(staged)
+        if loader._fields is not None:
+            return (converted, info) if self._with_info else converted
+        images, labels = converted
         if self._with_info:
             return images, labels, info
         return images, labels
