@@ -265,13 +265,18 @@ const ShardIndex& Dataset::shard_index(int32_t shard) const {
   return shards_[shard].index;
 }
 
-absl::Status Dataset::Read(int64_t index, std::string* image_bytes,
-                           int32_t* label) const {
+absl::Status Dataset::CheckIndex(int64_t index) const {
   if (index < 0 || index >= sample_count_) {
     return absl::OutOfRangeError(absl::StrCat("dataset '", name_, "': sample ",
                                               index, " is outside [0, ",
                                               sample_count_, ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Dataset::Read(int64_t index, std::string* image_bytes,
+                           int32_t* label) const {
+  if (absl::Status s = CheckIndex(index); !s.ok()) return s;
   const Shard& shard = shards_[ShardOf(index)];
   return shard.reader->ReadSample(
       shard.index.samples()[index - shard.first_sample], image_bytes, label);
@@ -280,11 +285,7 @@ absl::Status Dataset::Read(int64_t index, std::string* image_bytes,
 absl::Status Dataset::ReadMembers(int64_t index,
                                   const std::vector<const MemberRef*>& members,
                                   const std::vector<std::string*>& outs) const {
-  if (index < 0 || index >= sample_count_) {
-    return absl::OutOfRangeError(absl::StrCat("dataset '", name_, "': sample ",
-                                              index, " is outside [0, ",
-                                              sample_count_, ")"));
-  }
+  if (absl::Status s = CheckIndex(index); !s.ok()) return s;
   const Shard& shard = shards_[ShardOf(index)];
   return shard.reader->ReadMembers(
       shard.index.samples()[index - shard.first_sample], members, outs);

@@ -140,6 +140,8 @@ class Dataset {
   Dataset(std::string name, std::vector<Shard> shards,
           std::vector<LeftOut> left_out);
 
+  // OutOfRange unless 0 <= index < sample_count().
+  absl::Status CheckIndex(int64_t index) const;
   // Position in shards_ of the shard holding global sample `index`.
   size_t ShardOf(int64_t index) const;
 

@@ -108,10 +108,8 @@ def tearDownModule():
 
 
 def make_loader(**kwargs):
-    args = dict(servers=SERVER.address, dataset="train", batch_size=BATCH,
-                transform=st.TRANSFORM, seed=SEED, device="cpu")
-    args.update(kwargs)
-    return stoker.Loader(**args)
+    return st.cpu_loader(SERVER, **{"batch_size": BATCH, "seed": SEED,
+                                    **kwargs})
 
 
 def classic_images(epoch, **kwargs):

@@ -109,3 +109,14 @@ def fetch(servers, *flags):
                              "--dataset=train", *flags],
                             check=True, capture_output=True, text=True)
     return result.stdout
+
+
+def cpu_loader(server, **kwargs):
+    """A stoker.Loader on the CPU over `server`'s dataset "train" with the
+    tests' transform; `kwargs` (batch_size, seed, ...) add to or override
+    those arguments."""
+    import stoker
+    args = dict(servers=server.address, dataset="train", transform=TRANSFORM,
+                device="cpu")
+    args.update(kwargs)
+    return stoker.Loader(**args)
