@@ -277,6 +277,36 @@ class FieldsTest(unittest.TestCase):
                              [SOURCES[k]["cls"] for k in info["keys"]])
             self.assertIn("mix", info)
 
+    def test_stoker_fetch_writes_the_fields_out(self):
+        out = st.temp_dir("fields_out")
+        # The class may be missing (written as -1); the mask may not.
+        fields = FIELDS.replace("label=cls:class", "label=cls:class:empty")
+        st.fetch(SERVER.address, f"--fields={fields}", f"--fields_out={out}",
+                 f"--transform={st.TRANSFORM}", "--batch_size=4",
+                 "--epochs=1")
+        written = os.listdir(os.path.join(out, "0"))
+        delivered = {k for k in SOURCES if k != NO_MASK}
+        for key in SOURCES:
+            files = {f for f in written if f.startswith(key + ".")}
+            if key not in delivered:
+                self.assertEqual(files, set(), key)  # skipped: no mask
+                continue
+            self.assertEqual(files, {f"{key}.image.ppm", f"{key}.mask.pgm",
+                                     f"{key}.caption", f"{key}.meta",
+                                     f"{key}.label"}, key)
+
+            def read(name):
+                with open(os.path.join(out, "0", f"{key}.{name}"), "rb") as f:
+                    return f.read()
+
+            self.assertEqual(read("caption"), SOURCES[key]["caption"])
+            self.assertEqual(read("meta"), SOURCES[key]["json"])
+            self.assertEqual(read("label"), b"-1\n" if key == NO_CLASS
+                             else f"{SOURCES[key]['cls']}\n".encode())
+            self.assertTrue(read("mask.pgm").startswith(b"P5\n32 32\n255\n"))
+            self.assertEqual(len(read("image.ppm")),
+                             len(b"P6\n32 32\n255\n") + 32 * 32 * 3)
+
     def test_resume_with_the_same_fields(self):
         loader = make_loader(fields=FIELDS)
         full = [info["keys"] for _, info in loader.iter_with_info()]
