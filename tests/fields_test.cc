@@ -361,7 +361,7 @@ TEST_F(FieldsTest, ViewsShareOneDecodeAndDrawTheirOwnParameters) {
         const client::FieldBatch& f = is_global ? *g : *l;
         const int r = is_global ? v : v - 2;
         const uint8_t* got = batch.pixels.data() + f.data_offset +
-                             bytes * (size_t{f.shape[1]} * i + r);
+                             bytes * (static_cast<size_t>(f.shape[1]) * i + r);
         EXPECT_EQ(std::memcmp(got, expected.data(), bytes), 0)
             << s.key << " view " << v;
         distinct.insert(std::string(reinterpret_cast<const char*>(got), bytes));

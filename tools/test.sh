@@ -21,7 +21,8 @@ status=${PIPESTATUS[0]}
 
 # Every package but the bazel-* convenience links (which `//...` would walk
 # from a second output base).
-packages=(//bench/... //client/... //common/... //proto/... //server/...
+packages=(//bench/... //client/... //common/... //image/... //plugins/...
+          //proto/... //server/...
           //tests/... //tools/...)
 clang_base="${STOKER_CLANG_OUTPUT_BASE:-$HOME/.cache/stoker-clang}"
 echo "clang thread-safety build (output base $clang_base)"
