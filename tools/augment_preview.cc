@@ -50,6 +50,7 @@
 #include "absl/strings/string_view.h"
 #include "common/command_line.h"
 #include "common/random.h"
+#include "image/ops/plugin.h"
 #include "image/ops/transform.h"
 #include "image/plan.h"
 #include "image/sample_processor.h"
@@ -72,6 +73,9 @@ ABSL_FLAG(std::string, out, "",
           "Output PPM path. With --count > 1 the sample index is inserted "
           "before the extension (out.ppm -> out.7.ppm). Required unless "
           "--trace_only.");
+ABSL_FLAG(std::vector<std::string>, plugin, {},
+          "PATH.so: load this plugin's ops first (as stoker_server "
+          "--plugin does), so --transform may use them. Repeatable.");
 ABSL_FLAG(bool, trace, false,
           "Print one JSON line per sample with the plan (drawn parameters, "
           "warps, pixel steps) to stdout.");
@@ -265,6 +269,13 @@ int main(int argc, char** argv) {
   }
   if (first < 0 || first > INT64_MAX - count) {
     return Fail(absl::StrCat("--index is ", first, "; use 0 or more"));
+  }
+  for (const std::string& path : absl::GetFlag(FLAGS_plugin)) {
+    if (absl::StatusOr<stoker::image::LoadedPlugin> plugin =
+            stoker::image::LoadPlugin(path);
+        !plugin.ok()) {
+      return Fail(absl::StrCat("--plugin: ", plugin.status().message()));
+    }
   }
   absl::StatusOr<stoker::v1::TransformPipeline> pipeline =
       stoker::image::ParseTransform(absl::GetFlag(FLAGS_transform));
