@@ -1,5 +1,9 @@
 #include "client/channel.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/pem.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -21,9 +25,36 @@ grpc::ChannelArguments StokerChannelArguments(int max_message_bytes) {
   return args;
 }
 
-std::shared_ptr<grpc::Channel> MakeStokerChannel(const std::string& address,
-                                                 int max_message_bytes) {
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ChannelTlsOptions& tls) {
+  if (!tls.enabled()) return grpc::InsecureChannelCredentials();
+  if (tls.ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a client certificate needs tls_ca (the CA of the servers)");
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert and tls_key go together (mutual TLS)");
+  }
+  grpc::SslCredentialsOptions options;
+  absl::StatusOr<std::string> ca = common::ReadPemFile(tls.ca_file, "tls_ca");
+  if (!ca.ok()) return ca.status();
+  options.pem_root_certs = *std::move(ca);
+  if (!tls.cert_file.empty()) {
+    absl::StatusOr<std::string> cert = common::ReadPemFile(tls.cert_file, "tls_cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = common::ReadPemFile(tls.key_file, "tls_key");
+    if (!key.ok()) return key.status();
+    options.pem_cert_chain = *std::move(cert);
+    options.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(options);
+}
+
+std::shared_ptr<grpc::Channel> MakeStokerChannel(
+    const std::string& address, int max_message_bytes,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  return grpc::CreateCustomChannel(address, credentials,
                                    StokerChannelArguments(max_message_bytes));
 }
 

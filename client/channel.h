@@ -7,7 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 
 namespace stoker::client {
@@ -18,10 +20,33 @@ namespace stoker::client {
 // server that comes back is usable again within our own back-off.
 grpc::ChannelArguments StokerChannelArguments(int max_message_bytes);
 
-// An insecure channel to `address` with StokerChannelArguments. Each call
-// makes its own connection (no subchannel sharing between channels).
-std::shared_ptr<grpc::Channel> MakeStokerChannel(const std::string& address,
-                                                 int max_message_bytes);
+// How a client authenticates servers (and itself, for mutual TLS).
+struct ChannelTlsOptions {
+  // PEM CA bundle that signed the servers' certificates. Empty with the
+  // others empty: plaintext.
+  std::string ca_file;
+  // Mutual TLS: the client's PEM certificate chain and private key.
+  std::string cert_file;
+  std::string key_file;
+
+  bool enabled() const {
+    return !ca_file.empty() || !cert_file.empty() || !key_file.empty();
+  }
+};
+
+// Credentials for `tls`: insecure when it is not enabled, else TLS that
+// verifies the server's certificate against ca_file (the files are read
+// now). InvalidArgument naming the option for an unreadable or non-PEM
+// file, a certificate without its key, or a client certificate without a
+// CA.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ChannelTlsOptions& tls);
+
+// A channel to `address` with StokerChannelArguments. Each call makes its
+// own connection (no subchannel sharing between channels).
+std::shared_ptr<grpc::Channel> MakeStokerChannel(
+    const std::string& address, int max_message_bytes,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
 }  // namespace stoker::client
 

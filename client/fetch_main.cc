@@ -60,6 +60,12 @@ ABSL_FLAG(std::string, fields_out, "",
           "directory as <epoch>/<key>.<field> (image and masks as PPM/PGM/"
           "PAM, class values as text, bytes as received; '/' in keys becomes "
           "'_').");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle that signed the servers' certificates: connect with "
+          "TLS (default plaintext).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "Mutual TLS: this client's PEM certificate chain (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "Mutual TLS: the PEM key of --tls_cert.");
 ABSL_FLAG(std::string, keys_out, "",
           "If set, writes '<epoch> <key>' per delivered sample to this file.");
 ABSL_FLAG(int64_t, stop_after_batches, 0,
@@ -132,6 +138,9 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
   options.streams_per_server = absl::GetFlag(FLAGS_streams_per_server);
   options.in_order = absl::GetFlag(FLAGS_in_order);
   options.fail_on_bad_sample = absl::GetFlag(FLAGS_fail_on_bad_sample);
+  options.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   const double stall = absl::GetFlag(FLAGS_stall_timeout_s);
   const double deadline = absl::GetFlag(FLAGS_unavailable_deadline_s);
   if (!(stall > 0) || !(deadline > 0)) {

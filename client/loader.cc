@@ -66,9 +66,24 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
     return absl::InvalidArgumentError(
         "stall_timeout, unavailable_deadline and info_timeout must be > 0");
   }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<Loader> loader(new Loader(options));
+  loader->credentials_ = *std::move(credentials);
   if (absl::Status s = loader->Init(); !s.ok()) return s;
   return loader;
+}
+
+std::string Loader::TlsHint() const {
+  // gRPC's last error often names only the connection attempt, not the
+  // failed certificate check, so say what to look at.
+  if (!options_.tls.enabled()) return "";
+  return absl::StrCat(
+      " (TLS is on: the servers' certificates must be signed by tls_ca '",
+      options_.tls.ca_file,
+      "' and name the address used; a server with mutual TLS also needs "
+      "tls_cert and tls_key signed by its client CA)");
 }
 
 Loader::Loader(const LoaderOptions& options)
@@ -185,7 +200,7 @@ absl::Status Loader::Init() {
       return absl::UnavailableError(absl::StrCat(
           "no Stoker server answered within ",
           absl::FormatDuration(options_.unavailable_deadline), "; last error: ",
-          last_error.message()));
+          last_error.message(), TlsHint()));
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
@@ -233,8 +248,8 @@ int Loader::AddEndpointLocked(const std::string& address,
 
 void Loader::ConnectLocked(int endpoint) {
   auto connection = std::make_unique<Connection>();
-  connection->channel = MakeStokerChannel(endpoints_[endpoint].address,
-                                          options_.max_message_bytes);
+  connection->channel = MakeStokerChannel(
+      endpoints_[endpoint].address, options_.max_message_bytes, credentials_);
   connection->stub = v1::Stoker::NewStub(connection->channel);
   connections_.push_back(std::move(connection));
 }
@@ -490,7 +505,7 @@ void Loader::WatchdogLoop() {
         error_ = absl::UnavailableError(absl::StrCat(
             "no Stoker server reachable for ",
             absl::FormatDuration(options_.unavailable_deadline), " (",
-            endpoints_.Describe(), ")"));
+            endpoints_.Describe(), ")", TlsHint()));
         spdlog::error("{}", error_.ToString());
       }
     }

@@ -38,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/batch_source.h"
+#include "client/channel.h"
 #include "client/cursor.h"
 #include "client/endpoint_set.h"
 #include "client/host_batch.h"
@@ -57,6 +58,8 @@ struct LoaderOptions {
   std::string dataset;
   // Transform pipeline (see image/ops/transform.h). Required.
   v1::TransformPipeline transform;
+  // TLS to the servers (client/channel.h); default plaintext.
+  ChannelTlsOptions tls;
   // The sample's outputs (see FieldSpec in proto/stoker.proto and
   // client/field_spec.h). Empty: the classic image + class pair.
   std::vector<v1::FieldSpec> fields;
@@ -210,8 +213,12 @@ class Loader : public BatchSource {
 
   absl::StatusOr<std::vector<std::string>> ResolveSpec(
       const ServerSpec& spec) const;
+  // For connection errors: what to check when TLS is on; else empty.
+  std::string TlsHint() const;
 
   const LoaderOptions options_;
+  // From options_.tls, made by Create (plaintext or TLS).
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
   HeapPixelAllocator heap_allocator_;
   PixelAllocator* const allocator_;
   // Set by Init, constant afterwards.

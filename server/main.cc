@@ -66,6 +66,15 @@ ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(20),
 ABSL_FLAG(std::vector<std::string>, plugin, {},
           "PATH.so: load the transform ops of this plugin (see README.md, "
           "\"Plugins\") before serving. Repeat the flag for several plugins.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve TLS (with --tls_key). Re-read every "
+          "--tls_refresh_s, so rotated files serve new connections.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: mutual TLS, clients must present a certificate it "
+          "signed.");
+ABSL_FLAG(int, tls_refresh_s, 60,
+          "Seconds between re-reads of the TLS files.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -130,6 +139,10 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
   }
   config.server.listen_address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
+  config.server.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  config.server.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  config.server.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  config.server.tls.refresh_seconds = absl::GetFlag(FLAGS_tls_refresh_s);
   if (datasets.empty()) {
     return absl::InvalidArgumentError(
         "give at least one --dataset=NAME=GLOB, e.g. "
@@ -270,7 +283,8 @@ int main(int argc, char** argv) {
       StokerServer::Start(config->server, *std::move(service));
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
-    return 1;
+    // Bad TLS flags are the user's to fix, like any other bad flag.
+    return absl::IsInvalidArgument(server.status()) ? 2 : 1;
   }
   spdlog::info("stoker_server listening on port {} with {} worker threads, "
                "memory budget {} MiB",

@@ -3,14 +3,66 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/pem.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/server_builder.h"
 #include "spdlog/spdlog.h"
 
 namespace stoker::server {
+namespace {
+
+// The contents of a PEM file, or InvalidArgument naming the flag.
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServerTlsOptions& tls) {
+  if (!tls.enabled()) {
+    if (!tls.key_file.empty() || !tls.client_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_key and --tls_client_ca need --tls_cert");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (tls.key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert needs --tls_key");
+  }
+  if (tls.refresh_seconds < 1) {
+    return absl::InvalidArgumentError("TLS refresh interval must be >= 1 s");
+  }
+  // Checked here because the file watcher only logs what it cannot read.
+  for (const auto& [path, what] :
+       {std::pair<const std::string&, const char*>{tls.cert_file, "--tls_cert"},
+        {tls.key_file, "--tls_key"},
+        {tls.client_ca_file, "--tls_client_ca"}}) {
+    if (path.empty()) continue;
+    if (absl::StatusOr<std::string> pem = common::ReadPemFile(path, what); !pem.ok()) {
+      return pem.status();
+    }
+  }
+  auto provider =
+      std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+          tls.key_file, tls.cert_file, tls.client_ca_file,
+          static_cast<unsigned int>(tls.refresh_seconds));
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (!tls.client_ca_file.empty()) {
+    options.watch_root_certs();
+    options.set_cert_request_type(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+}  // namespace
 
 StokerServer::StokerServer(std::unique_ptr<DataService> service,
                            const ServerOptions& options)
@@ -20,6 +72,9 @@ StokerServer::StokerServer(std::unique_ptr<DataService> service,
 
 absl::StatusOr<std::unique_ptr<StokerServer>> StokerServer::Start(
     const ServerOptions& options, std::unique_ptr<DataService> service) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<StokerServer> server(
       new StokerServer(std::move(service), options));
   // grpc.health.v1.Health reports SERVING once we listen (Kubernetes' grpc
@@ -27,8 +82,7 @@ absl::StatusOr<std::unique_ptr<StokerServer>> StokerServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen_address, *credentials, &port);
   builder.RegisterService(&server->grpc_service_);
   // gRPC sets SO_REUSEPORT by default, so a second server on a busy port
   // would start and take half of the connections.

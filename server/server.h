@@ -19,19 +19,36 @@
 
 namespace stoker::server {
 
+// TLS for the listening port. Off when cert_file is empty.
+struct ServerTlsOptions {
+  // PEM certificate chain and private key of the server.
+  std::string cert_file;
+  std::string key_file;
+  // Mutual TLS: PEM CA bundle; clients must present a certificate it
+  // signed. Empty: clients are not asked for one.
+  std::string client_ca_file;
+  // The files are read again this often; a rotated certificate (e.g. by
+  // cert-manager) serves new connections, running streams keep theirs.
+  int refresh_seconds = 60;
+
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (see port()).
   std::string listen_address = "0.0.0.0:0";
   // How long Shutdown() lets running calls finish before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(2);
   GrpcServiceOptions grpc;
+  ServerTlsOptions tls;
 };
 
 class StokerServer {
  public:
   // Binds and starts serving. The port is exclusive: UNAVAILABLE if it
   // cannot be bound, e.g. another server (even another Stoker) listens on
-  // it.
+  // it. InvalidArgument for TLS options that are incomplete or name files
+  // that are not readable PEM.
   static absl::StatusOr<std::unique_ptr<StokerServer>> Start(
       const ServerOptions& options, std::unique_ptr<DataService> service);
   ~StokerServer();

@@ -419,6 +419,10 @@ struct Settings {
   int streams_per_server = 2;
   bool in_order = true;
   bool fail_on_bad_sample = false;
+  // TLS (client/channel.h); empty: plaintext.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
   double stall_timeout_s = 10;
   double unavailable_timeout_s = 30;
   int output_slots = 4;
@@ -488,6 +492,9 @@ Configured ToOptions(const Settings& s) {
   l.streams_per_server = s.streams_per_server;
   l.in_order = s.in_order;
   l.fail_on_bad_sample = s.fail_on_bad_sample;
+  l.tls.ca_file = s.tls_ca;
+  l.tls.cert_file = s.tls_cert;
+  l.tls.key_file = s.tls_key;
   l.stall_timeout = PositiveSeconds("stall_timeout", s.stall_timeout_s);
   l.unavailable_deadline =
       PositiveSeconds("unavailable_timeout", s.unavailable_timeout_s);
@@ -811,6 +818,9 @@ PYBIND11_MODULE(_stoker, m) {
       .def_readwrite("streams_per_server", &Settings::streams_per_server)
       .def_readwrite("in_order", &Settings::in_order)
       .def_readwrite("fail_on_bad_sample", &Settings::fail_on_bad_sample)
+      .def_readwrite("tls_ca", &Settings::tls_ca)
+      .def_readwrite("tls_cert", &Settings::tls_cert)
+      .def_readwrite("tls_key", &Settings::tls_key)
       .def_readwrite("stall_timeout_s", &Settings::stall_timeout_s)
       .def_readwrite("unavailable_timeout_s", &Settings::unavailable_timeout_s)
       .def_readwrite("output_slots", &Settings::output_slots)

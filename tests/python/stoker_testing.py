@@ -51,12 +51,12 @@ _servers = []
 class Server:
     """A stoker_server process serving dataset "train" from `glob`."""
 
-    def __init__(self, glob, threads=1):
+    def __init__(self, glob, threads=1, flags=()):
         self.log_path = os.path.join(temp_dir("server"), "server.log")
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             [SERVER_BIN, "--port=0", f"--threads={threads}",
-             f"--dataset=train={glob}"],
+             f"--dataset=train={glob}", *flags],
             stdout=self._log, stderr=subprocess.STDOUT)
         _servers.append(self)
         self.port = None

@@ -327,6 +327,10 @@ class Loader:
       fail_on_bad_sample: raise DataLossError on a corrupt or unlabeled
         sample instead of skipping it (skipped samples are counted in
         stats()).
+      tls_ca: path of the PEM CA bundle that signed the servers'
+        certificates: connect with TLS (default plaintext). tls_cert,
+        tls_key: this job's PEM certificate and key, for servers that
+        require mutual TLS.
       stall_timeout: seconds without data after which a server's stream is
         given to another server.
       unavailable_timeout: seconds with every server failing after which
@@ -418,7 +422,8 @@ class Loader:
                  world_size=None, device=None, dtype=torch.float32,
                  mean=IMAGENET_MEAN, std=IMAGENET_STD, channels_last=False,
                  prefetch=8, batches_per_request=4, streams_per_server=2,
-                 in_order=True, fail_on_bad_sample=False, stall_timeout=10.0,
+                 in_order=True, fail_on_bad_sample=False, tls_ca=None,
+                 tls_cert=None, tls_key=None, stall_timeout=10.0,
                  unavailable_timeout=30.0, output_slots=4, pinned_slots=0,
                  random_erasing=None, mixup_alpha=0.0, cutmix_alpha=0.0,
                  mix_prob=1.0, switch_prob=0.5, label_smoothing=0.0,
@@ -470,6 +475,12 @@ class Loader:
             "streams_per_server", streams_per_server, 1)
         settings.in_order = bool(in_order)
         settings.fail_on_bad_sample = bool(fail_on_bad_sample)
+        for name, value in (("tls_ca", tls_ca), ("tls_cert", tls_cert),
+                            ("tls_key", tls_key)):
+            if value is not None:
+                if not isinstance(value, (str, os.PathLike)) or not str(value):
+                    raise _invalid(f"{name} must be a file path, got {value!r}")
+                setattr(settings, name, os.fspath(value))
         settings.stall_timeout_s = _seconds_arg("stall_timeout", stall_timeout)
         settings.unavailable_timeout_s = _seconds_arg(
             "unavailable_timeout", unavailable_timeout)
