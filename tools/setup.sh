@@ -11,6 +11,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev libturbojpeg0-dev libjpeg62-turbo-dev
   python3-dev pybind11-dev python3-numpy python3-torch python3-torchvision
   python3-pil tar
+  # The thread-safety build and the fuzzers (tools/test.sh).
+  clang libclang-rt-14-dev
+  # The TLS tests make their certificates with it.
+  openssl
   # The benchmark's raw TCP reference (bench/run_benchmark.py).
   iperf3
   # Camera photographs for the real-photo benchmark corpus
