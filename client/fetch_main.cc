@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/checksum.h"
@@ -66,6 +69,10 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(std::string, tls_cert, "",
           "Mutual TLS: this client's PEM certificate chain (with --tls_key).");
 ABSL_FLAG(std::string, tls_key, "", "Mutual TLS: the PEM key of --tls_cert.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding this job's bearer token, for servers with "
+          "--auth_tokens_file (default: the STOKER_TOKEN environment "
+          "variable, if set).");
 ABSL_FLAG(std::string, keys_out, "",
           "If set, writes '<epoch> <key>' per delivered sample to this file.");
 ABSL_FLAG(int64_t, stop_after_batches, 0,
@@ -141,6 +148,19 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
   options.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  if (const std::string path = absl::GetFlag(FLAGS_token_file);
+      !path.empty()) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    options.token = std::string(absl::StripAsciiWhitespace(text.str()));
+    if (!in || options.token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--token_file '", path, "' holds no token"));
+    }
+  } else if (const char* env = std::getenv("STOKER_TOKEN"); env != nullptr) {
+    options.token = std::string(absl::StripAsciiWhitespace(env));
+  }
   const double stall = absl::GetFlag(FLAGS_stall_timeout_s);
   const double deadline = absl::GetFlag(FLAGS_unavailable_deadline_s);
   if (!(stall > 0) || !(deadline > 0)) {

@@ -21,10 +21,13 @@ namespace stoker::client {
 namespace {
 
 bool Fatal(absl::StatusCode code) {
-  // The request itself is wrong, or the data is bad everywhere.
+  // The request itself is wrong, the data is bad everywhere, or the job's
+  // token is (every server of a job shares one tokens file).
   return code == absl::StatusCode::kInvalidArgument ||
          code == absl::StatusCode::kOutOfRange ||
-         code == absl::StatusCode::kDataLoss;
+         code == absl::StatusCode::kDataLoss ||
+         code == absl::StatusCode::kUnauthenticated ||
+         code == absl::StatusCode::kPermissionDenied;
 }
 
 bool RefusesEndpoint(absl::StatusCode code) {
@@ -75,6 +78,12 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
   return loader;
 }
 
+void Loader::AddToken(grpc::ClientContext* context) const {
+  if (!options_.token.empty()) {
+    context->AddMetadata("authorization", "Bearer " + options_.token);
+  }
+}
+
 std::string Loader::TlsHint() const {
   // gRPC's last error often names only the connection attempt, not the
   // failed certificate check, so say what to look at.
@@ -111,6 +120,7 @@ Loader::~Loader() {
 absl::StatusOr<v1::GetDatasetInfoResponse> Loader::FetchInfo(
     const std::string& address, v1::Stoker::Stub* stub) {
   grpc::ClientContext context;
+  AddToken(&context);
   context.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoNanoseconds(options_.info_timeout));
   v1::GetDatasetInfoRequest request;
@@ -176,7 +186,11 @@ absl::Status Loader::Init() {
       const auto& [id, address] = todo[i];
       absl::StatusOr<v1::GetDatasetInfoResponse> info = infos[i].get();
       if (!info.ok()) {
-        if (absl::IsNotFound(info.status())) return info.status();
+        if (absl::IsNotFound(info.status()) ||
+            absl::IsUnauthenticated(info.status()) ||
+            absl::IsPermissionDenied(info.status())) {
+          return info.status();
+        }
         last_error = info.status();
         spdlog::warn("{}", info.status().ToString());
         continue;
@@ -403,6 +417,7 @@ void Loader::FinishRangeLocked(int endpoint, const Lease& lease,
 int64_t Loader::RunRange(int endpoint, const Lease& lease,
                          absl::Status* status) {
   grpc::ClientContext context;
+  AddToken(&context);
   int64_t epoch;
   std::string address;
   grpc::Channel* channel;

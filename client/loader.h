@@ -60,6 +60,9 @@ struct LoaderOptions {
   v1::TransformPipeline transform;
   // TLS to the servers (client/channel.h); default plaintext.
   ChannelTlsOptions tls;
+  // Bearer token for servers with --auth_tokens_file (server/auth.h);
+  // empty: none sent.
+  std::string token;
   // The sample's outputs (see FieldSpec in proto/stoker.proto and
   // client/field_spec.h). Empty: the classic image + class pair.
   std::vector<v1::FieldSpec> fields;
@@ -215,6 +218,8 @@ class Loader : public BatchSource {
       const ServerSpec& spec) const;
   // For connection errors: what to check when TLS is on; else empty.
   std::string TlsHint() const;
+  // Sends options_.token with the call, if there is one.
+  void AddToken(grpc::ClientContext* context) const;
 
   const LoaderOptions options_;
   // From options_.tls, made by Create (plaintext or TLS).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/batch_wire.h"
 #include "common/grpc_status.h"
@@ -81,9 +82,34 @@ class GrpcService::Watchdog {
 
 namespace {
 
+// OK when `auth` is null or the call's token may read `dataset`.
+absl::Status CheckToken(const TokenAuthorizer* auth,
+                        const grpc::CallbackServerContext* context,
+                        const std::string& dataset) {
+  if (auth == nullptr) return absl::OkStatus();
+  const auto& metadata = context->client_metadata();
+  const auto it = metadata.find("authorization");
+  const absl::string_view value =
+      it == metadata.end()
+          ? absl::string_view()
+          : absl::string_view(it->second.data(), it->second.size());
+  return auth->Check(value, dataset).status();
+}
+
+// With tokens on, a NOT_FOUND names only the dataset asked for: the
+// service's own message lists every dataset, which a job limited to some
+// of them must not learn.
+absl::Status Redact(const TokenAuthorizer* auth, const absl::Status& status,
+                    const std::string& dataset) {
+  if (auth == nullptr || !absl::IsNotFound(status)) return status;
+  return absl::NotFoundError(
+      absl::StrCat("unknown dataset '", dataset, "'"));
+}
+
 class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  StreamReactor(DataService* service, GrpcService::Watchdog* watchdog,
+  StreamReactor(DataService* service, const TokenAuthorizer* auth,
+                GrpcService::Watchdog* watchdog,
                 grpc::CallbackServerContext* context,
                 const grpc::ByteBuffer* request_bytes)
       : peer_(context->peer()), context_(context), watchdog_(watchdog) {
@@ -98,6 +124,12 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     if (!request.ParseFromString(bytes)) {
       FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                               "StreamBatchesRequest does not parse"));
+      return;
+    }
+    if (absl::Status s = CheckToken(auth, context, request.plan().dataset());
+        !s.ok()) {
+      spdlog::info("refused stream from {}: {}", peer_, s.ToString());
+      FinishOnce(common::ToGrpcStatus(s));
       return;
     }
     link_ = std::make_shared<Link>();
@@ -115,7 +147,8 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     if (!stream.ok()) {
       spdlog::info("refused stream from {}: {}", peer_,
                    stream.status().ToString());
-      FinishOnce(common::ToGrpcStatus(stream.status()));
+      FinishOnce(common::ToGrpcStatus(
+          Redact(auth, stream.status(), request.plan().dataset())));
       return;
     }
     spdlog::debug("stream from {}: dataset {} epoch {} batches [{}, {})",
@@ -353,6 +386,7 @@ void GrpcService::Watchdog::Loop() {
 
 GrpcService::GrpcService(DataService* service, const GrpcServiceOptions& options)
     : service_(service),
+      auth_(options.auth),
       watchdog_(std::make_unique<Watchdog>(options.stream_idle_timeout)) {}
 
 GrpcService::~GrpcService() = default;
@@ -366,16 +400,23 @@ grpc::ServerUnaryReactor* GrpcService::GetDatasetInfo(
     const v1::GetDatasetInfoRequest* request,
     v1::GetDatasetInfoResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckToken(auth_.get(), context, request->dataset());
+      !s.ok()) {
+    reactor->Finish(common::ToGrpcStatus(s));
+    return reactor;
+  }
   absl::StatusOr<v1::GetDatasetInfoResponse> info =
       service_->GetDatasetInfo(*request);
   if (info.ok()) *response = *std::move(info);
-  reactor->Finish(common::ToGrpcStatus(info.status()));
+  reactor->Finish(common::ToGrpcStatus(
+      Redact(auth_.get(), info.status(), request->dataset())));
   return reactor;
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcService::StreamBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return new StreamReactor(service_, watchdog_.get(), context, request);
+  return new StreamReactor(service_, auth_.get(), watchdog_.get(), context,
+                           request);
 }
 
 }  // namespace stoker::server

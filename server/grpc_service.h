@@ -13,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "proto/stoker.grpc.pb.h"
+#include "server/auth.h"
 #include "server/data_service.h"
 
 namespace stoker::server {
@@ -25,6 +26,9 @@ struct GrpcServiceOptions {
   // stuck in flow control) is cancelled, freeing the memory it held.
   // Default 2 minutes; must be > 0.
   absl::Duration stream_idle_timeout = absl::Minutes(2);
+  // Bearer tokens per job (server/auth.h); null: every client may read
+  // every dataset. The health service never asks for a token.
+  std::shared_ptr<const TokenAuthorizer> auth;
 };
 
 class GrpcService final : public StokerServiceBase {
@@ -52,6 +56,7 @@ class GrpcService final : public StokerServiceBase {
 
  private:
   DataService* const service_;
+  const std::shared_ptr<const TokenAuthorizer> auth_;
   const std::unique_ptr<Watchdog> watchdog_;
 };
 

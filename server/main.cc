@@ -75,6 +75,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "signed.");
 ABSL_FLAG(int, tls_refresh_s, 60,
           "Seconds between re-reads of the TLS files.");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "Bearer tokens per job and the datasets each may read (format in "
+          "server/auth.h). Without it every client may read every dataset.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -143,6 +146,13 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
   config.server.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   config.server.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   config.server.tls.refresh_seconds = absl::GetFlag(FLAGS_tls_refresh_s);
+  if (const std::string path = absl::GetFlag(FLAGS_auth_tokens_file);
+      !path.empty()) {
+    absl::StatusOr<std::shared_ptr<const stoker::server::TokenAuthorizer>>
+        auth = stoker::server::TokenAuthorizer::Load(path);
+    if (!auth.ok()) return auth.status();
+    config.server.grpc.auth = *std::move(auth);
+  }
   if (datasets.empty()) {
     return absl::InvalidArgumentError(
         "give at least one --dataset=NAME=GLOB, e.g. "

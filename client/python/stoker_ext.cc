@@ -59,6 +59,8 @@ struct ErrorTypes {
   PyObject* data_loss = nullptr;
   PyObject* resource_exhausted = nullptr;
   PyObject* cancelled = nullptr;
+  PyObject* unauthenticated = nullptr;
+  PyObject* permission_denied = nullptr;  // also a PermissionError
 };
 ErrorTypes& Errors() {
   static ErrorTypes* const types = new ErrorTypes();
@@ -84,6 +86,10 @@ PyObject* ErrorTypeFor(absl::StatusCode code) {
       return e.resource_exhausted;
     case absl::StatusCode::kCancelled:
       return e.cancelled;
+    case absl::StatusCode::kUnauthenticated:
+      return e.unauthenticated;
+    case absl::StatusCode::kPermissionDenied:
+      return e.permission_denied;
     default:
       return e.base;
   }
@@ -423,6 +429,8 @@ struct Settings {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
+  // Bearer token (server/auth.h); empty: none.
+  std::string token;
   double stall_timeout_s = 10;
   double unavailable_timeout_s = 30;
   int output_slots = 4;
@@ -495,6 +503,7 @@ Configured ToOptions(const Settings& s) {
   l.tls.ca_file = s.tls_ca;
   l.tls.cert_file = s.tls_cert;
   l.tls.key_file = s.tls_key;
+  l.token = s.token;
   l.stall_timeout = PositiveSeconds("stall_timeout", s.stall_timeout_s);
   l.unavailable_deadline =
       PositiveSeconds("unavailable_timeout", s.unavailable_timeout_s);
@@ -784,6 +793,13 @@ PYBIND11_MODULE(_stoker, m) {
       "Out of memory or buffers.");
   e.cancelled = MakeErrorType(m, "CancelledError", py::make_tuple(base),
                               "The operation was cancelled.");
+  e.unauthenticated = MakeErrorType(
+      m, "UnauthenticatedError", py::make_tuple(base),
+      "The servers require a bearer token and got none or an unknown one.");
+  e.permission_denied = MakeErrorType(
+      m, "PermissionDeniedError",
+      py::make_tuple(base, py::handle(PyExc_PermissionError)),
+      "This job's token does not cover the dataset.");
 
   py::class_<StagedBatch>(m, "StagedBatch",
                           "One received batch; convert_into fills the "
@@ -821,6 +837,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def_readwrite("tls_ca", &Settings::tls_ca)
       .def_readwrite("tls_cert", &Settings::tls_cert)
       .def_readwrite("tls_key", &Settings::tls_key)
+      .def_readwrite("token", &Settings::token)
       .def_readwrite("stall_timeout_s", &Settings::stall_timeout_s)
       .def_readwrite("unavailable_timeout_s", &Settings::unavailable_timeout_s)
       .def_readwrite("output_slots", &Settings::output_slots)

@@ -1,7 +1,8 @@
 """stoker.Loader over TLS to a real stoker_server, with certificates made by
 openssl in the test: the same batches as over plaintext; an untrusted
 server is an UnavailableError that says what to check; mutual TLS serves a
-client with a certificate; bad TLS arguments are ValueErrors.
+client with a certificate; bad TLS arguments are ValueErrors. Also bearer
+tokens (token=, STOKER_TOKEN) against --auth_tokens_file.
 
 Run by `bazel test //tests/python:tls_test`."""
 
@@ -94,6 +95,30 @@ class TlsTest(unittest.TestCase):
             got = batches(address, tls_ca=f"{DIR}/servers-ca.pem",
                           tls_cert=f"{DIR}/client.pem",
                           tls_key=f"{DIR}/client.key")
+            self.assertEqual(sum(len(labels) for _, labels in got), 24)
+        finally:
+            server.kill()
+
+    def test_tokens_select_what_a_job_may_read(self):
+        good = "0123456789abcdef0123456789abcdef"
+        other = "fedcba9876543210fedcba9876543210"
+        tokens = os.path.join(DIR, "tokens")
+        with open(tokens, "w") as f:
+            f.write(f"{good} resnet train\n{other} bert elsewhere\n")
+        server = st.Server(GLOB, flags=(f"--auth_tokens_file={tokens}",))
+        try:
+            got = batches(server.address, token=good)
+            self.assertEqual(sum(len(labels) for _, labels in got), 24)
+            with self.assertRaisesRegex(stoker.UnauthenticatedError,
+                                        "no bearer token"):
+                batches(server.address)
+            with self.assertRaises(PermissionError):
+                batches(server.address, token=other)
+            os.environ["STOKER_TOKEN"] = good
+            try:
+                got = batches(server.address)
+            finally:
+                del os.environ["STOKER_TOKEN"]
             self.assertEqual(sum(len(labels) for _, labels in got), 24)
         finally:
             server.kill()

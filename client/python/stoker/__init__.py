@@ -38,6 +38,9 @@ code name in `.code`:
                                                       fail_on_bad_sample=True
       ResourceExhaustedError                          out of memory or buffers
       CancelledError
+      UnauthenticatedError                            no or unknown token
+      PermissionDeniedError(StokerError, PermissionError)  the token does
+                                                      not cover the dataset
 
 so `except ValueError` catches bad arguments and `except stoker.StokerError`
 catches everything Stoker raises (KeyboardInterrupt aside).
@@ -50,8 +53,10 @@ from stoker._stoker import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     ResourceExhaustedError,
     StokerError,
+    UnauthenticatedError,
     UnavailableError,
     set_log_level,
 )

@@ -331,6 +331,8 @@ class Loader:
         certificates: connect with TLS (default plaintext). tls_cert,
         tls_key: this job's PEM certificate and key, for servers that
         require mutual TLS.
+      token: this job's bearer token for servers with --auth_tokens_file
+        (default: the STOKER_TOKEN environment variable, if set).
       stall_timeout: seconds without data after which a server's stream is
         given to another server.
       unavailable_timeout: seconds with every server failing after which
@@ -423,7 +425,8 @@ class Loader:
                  mean=IMAGENET_MEAN, std=IMAGENET_STD, channels_last=False,
                  prefetch=8, batches_per_request=4, streams_per_server=2,
                  in_order=True, fail_on_bad_sample=False, tls_ca=None,
-                 tls_cert=None, tls_key=None, stall_timeout=10.0,
+                 tls_cert=None, tls_key=None, token=None,
+                 stall_timeout=10.0,
                  unavailable_timeout=30.0, output_slots=4, pinned_slots=0,
                  random_erasing=None, mixup_alpha=0.0, cutmix_alpha=0.0,
                  mix_prob=1.0, switch_prob=0.5, label_smoothing=0.0,
@@ -481,6 +484,12 @@ class Loader:
                 if not isinstance(value, (str, os.PathLike)) or not str(value):
                     raise _invalid(f"{name} must be a file path, got {value!r}")
                 setattr(settings, name, os.fspath(value))
+        if token is None:
+            token = os.environ.get("STOKER_TOKEN")
+        if token is not None:
+            if not isinstance(token, str) or not token.strip():
+                raise _invalid("token must be a non-empty str")
+            settings.token = token.strip()
         settings.stall_timeout_s = _seconds_arg("stall_timeout", stall_timeout)
         settings.unavailable_timeout_s = _seconds_arg(
             "unavailable_timeout", unavailable_timeout)

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Per-job bearer tokens (stoker_server --auth_tokens_file): no token or an
+# unknown one is UNAUTHENTICATED, a dataset the token does not cover is
+# PERMISSION_DENIED whether or not it exists, the right token reads (from
+# --token_file or STOKER_TOKEN), tokens never reach the log, and a bad
+# tokens file is a start-up error.
+set -euo pipefail
+
+. "${TEST_SRCDIR}/${TEST_WORKSPACE:-stoker}/tests/testing/processes.sh" auth
+
+"$shards_bin" --out_dir="$tmp/train" --num_shards=1 --samples_per_shard=8 \
+  >/dev/null
+"$shards_bin" --out_dir="$tmp/other" --num_shards=1 --samples_per_shard=8 \
+  >/dev/null
+token_a="a1b2c3d4e5f60718293a4b5c6d7e8f90"
+token_b="ffeeddccbbaa99887766554433221100"
+token_c="0123456789abcdef0123456789abcdef"
+cat >"$tmp/tokens" <<TOKENS
+# token                          job     datasets
+$token_a resnet  train
+$token_b bert    other,secret
+$token_c admin   *
+TOKENS
+launch_server "$tmp/server.log" --port=0 --threads=1 \
+  "--dataset=train=$tmp/train/*.tar" "--dataset=other=$tmp/other/*.tar" \
+  --auth_tokens_file="$tmp/tokens"
+server="127.0.0.1:$port"
+flags=(--batch_size=4 --epochs=1 --unavailable_deadline_s=2)
+
+# expect NAME DATASET STATUS MESSAGE [FLAGS...]: stoker_fetch fails with
+# STATUS and MESSAGE.
+expect() {
+  local name="$1" dataset="$2" code="$3" message="$4"
+  shift 4
+  local status=0
+  "$fetch_bin" --servers="$server" --dataset="$dataset" "${flags[@]}" "$@" \
+    >"$tmp/$name.out" 2>"$tmp/$name.err" || status=$?
+  [ "$status" -ne 0 ] || fail "$name: read $dataset"
+  grep -qF "$code" "$tmp/$name.err" || fail "$name: $(cat "$tmp/$name.err")"
+  grep -qF "$message" "$tmp/$name.err" || fail "$name: $(cat "$tmp/$name.err")"
+  echo "ok: $name -> $(tail -n 1 "$tmp/$name.err")"
+}
+printf '%s\n' "$token_a" >"$tmp/a.token"
+printf '%s\n' "$token_b" >"$tmp/b.token"
+printf '%s\n' "nottherighttoken000000000000000" >"$tmp/bad.token"
+
+expect no_token train UNAUTHENTICATED "no bearer token"
+expect unknown_token train UNAUTHENTICATED "unknown bearer token" \
+  --token_file="$tmp/bad.token"
+expect wrong_dataset train PERMISSION_DENIED \
+  "job 'bert' may not read dataset 'train'" --token_file="$tmp/b.token"
+expect absent_dataset hidden PERMISSION_DENIED \
+  "job 'resnet' may not read dataset 'hidden'" --token_file="$tmp/a.token"
+# A dataset the token covers but the server lacks is NOT_FOUND as before,
+# without the list of the server's datasets.
+expect covered_absent secret NOT_FOUND "unknown dataset 'secret'" \
+  --token_file="$tmp/b.token"
+if grep -q "this server has" "$tmp/covered_absent.err"; then
+  fail "NOT_FOUND listed the server's datasets to a limited job"
+fi
+
+"$fetch_bin" --servers="$server" --dataset=train "${flags[@]}" \
+  --token_file="$tmp/a.token" | grep -q "images=8 " \
+  || fail "the right token did not read train"
+STOKER_TOKEN="$token_c" "$fetch_bin" --servers="$server" --dataset=other \
+  "${flags[@]}" | grep -q "images=8 " \
+  || fail "STOKER_TOKEN with a '*' token did not read other"
+echo "ok: right tokens read (--token_file and STOKER_TOKEN)"
+
+for t in "$token_a" "$token_b" "$token_c" nottherighttoken; do
+  if grep -qF "$t" "$tmp/server.log" "$tmp"/*.err; then
+    fail "a token reached a log"
+  fi
+done
+echo "ok: no token in any log"
+kill "$pid"
+
+# A bad tokens file stops the server before it listens.
+printf 'short resnet train\n' >"$tmp/short"
+status=0
+"$server_bin" --port=0 "--dataset=train=$tmp/train/*.tar" \
+  --auth_tokens_file="$tmp/short" >"$tmp/short.log" 2>&1 || status=$?
+[ "$status" -eq 2 ] || fail "bad tokens file: status $status"
+grep -qF "line 1: the token must be at least 16 characters" "$tmp/short.log" \
+  || fail "bad tokens file: $(cat "$tmp/short.log")"
+if grep -qF "short resnet" "$tmp/short.log"; then fail "the bad line was logged"; fi
+echo "PASS"
