@@ -127,4 +127,29 @@ absl::StatusOr<std::string> TokenAuthorizer::Check(
   return found->job;
 }
 
+absl::StatusOr<std::unique_ptr<JobStreamLimits::Slot>> JobStreamLimits::Acquire(
+    const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  int& open = open_[job];
+  if (open >= max_per_job_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job '", job, "' has ", open, " streams open, its limit on this "
+        "server (--max_streams_per_job); retry later or elsewhere"));
+  }
+  ++open;
+  return std::unique_ptr<Slot>(new Slot(this, job));
+}
+
+int JobStreamLimits::open(const std::string& job) const {
+  absl::MutexLock lock(&mu_);
+  auto it = open_.find(job);
+  return it == open_.end() ? 0 : it->second;
+}
+
+void JobStreamLimits::Release(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_.find(job);
+  if (it != open_.end() && --it->second == 0) open_.erase(it);
+}
+
 }  // namespace stoker::server

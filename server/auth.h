@@ -2,7 +2,8 @@
 #define STOKER_SERVER_AUTH_H_
 
 // Per-job bearer tokens (stoker_server --auth_tokens_file): which job a
-// request comes from and which datasets it may read.
+// request comes from, which datasets it may read, and how many streams it
+// may hold open.
 //
 // Tokens file, one job per line (blank lines and '#' comments ignored):
 //
@@ -18,13 +19,16 @@
 // whichever token matches and wherever a mismatch is; tokens appear in no
 // message and no log.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace stoker::server {
 
@@ -57,6 +61,41 @@ class TokenAuthorizer {
       : entries_(std::move(entries)) {}
 
   const std::vector<Entry> entries_;
+};
+
+// Each job's open streams against a per-job limit, so one job cannot take
+// every stream of a shared server (--max_streams_per_job). Thread-safe.
+class JobStreamLimits {
+ public:
+  // `max_per_job` >= 1.
+  explicit JobStreamLimits(int max_per_job) : max_per_job_(max_per_job) {}
+
+  // One open stream of a job; the slot is given back on destruction.
+  class Slot {
+   public:
+    ~Slot() { limits_->Release(job_); }
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+
+   private:
+    friend class JobStreamLimits;
+    Slot(JobStreamLimits* limits, std::string job)
+        : limits_(limits), job_(std::move(job)) {}
+    JobStreamLimits* const limits_;
+    const std::string job_;
+  };
+
+  // A slot for `job`, or RESOURCE_EXHAUSTED when it has max_per_job open.
+  absl::StatusOr<std::unique_ptr<Slot>> Acquire(const std::string& job);
+
+  int open(const std::string& job) const;
+
+ private:
+  void Release(const std::string& job);
+
+  const int max_per_job_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, int> open_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stoker::server

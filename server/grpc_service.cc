@@ -82,18 +82,19 @@ class GrpcService::Watchdog {
 
 namespace {
 
-// OK when `auth` is null or the call's token may read `dataset`.
-absl::Status CheckToken(const TokenAuthorizer* auth,
-                        const grpc::CallbackServerContext* context,
-                        const std::string& dataset) {
-  if (auth == nullptr) return absl::OkStatus();
+// The job of the call's token if it may read `dataset`; "" when `auth` is
+// null (no tokens).
+absl::StatusOr<std::string> CheckToken(
+    const TokenAuthorizer* auth, const grpc::CallbackServerContext* context,
+    const std::string& dataset) {
+  if (auth == nullptr) return std::string();
   const auto& metadata = context->client_metadata();
   const auto it = metadata.find("authorization");
   const absl::string_view value =
       it == metadata.end()
           ? absl::string_view()
           : absl::string_view(it->second.data(), it->second.size());
-  return auth->Check(value, dataset).status();
+  return auth->Check(value, dataset);
 }
 
 // With tokens on, a NOT_FOUND names only the dataset asked for: the
@@ -109,7 +110,7 @@ absl::Status Redact(const TokenAuthorizer* auth, const absl::Status& status,
 class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   StreamReactor(DataService* service, const TokenAuthorizer* auth,
-                GrpcService::Watchdog* watchdog,
+                JobStreamLimits* job_limits, GrpcService::Watchdog* watchdog,
                 grpc::CallbackServerContext* context,
                 const grpc::ByteBuffer* request_bytes)
       : peer_(context->peer()), context_(context), watchdog_(watchdog) {
@@ -126,10 +127,21 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
                               "StreamBatchesRequest does not parse"));
       return;
     }
-    if (absl::Status s = CheckToken(auth, context, request.plan().dataset());
-        !s.ok()) {
-      spdlog::info("refused stream from {}: {}", peer_, s.ToString());
-      FinishOnce(common::ToGrpcStatus(s));
+    absl::StatusOr<std::string> job =
+        CheckToken(auth, context, request.plan().dataset());
+    if (job.ok() && job_limits != nullptr) {
+      absl::StatusOr<std::unique_ptr<JobStreamLimits::Slot>> slot =
+          job_limits->Acquire(*job);
+      if (slot.ok()) {
+        job_slot_ = *std::move(slot);
+      } else {
+        job = slot.status();
+      }
+    }
+    if (!job.ok()) {
+      spdlog::info("refused stream from {}: {}", peer_,
+                   job.status().ToString());
+      FinishOnce(common::ToGrpcStatus(job.status()));
       return;
     }
     link_ = std::make_shared<Link>();
@@ -323,6 +335,8 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   const std::string peer_;
   grpc::CallbackServerContext* const context_;
+  // The job's stream slot (per-job limit), held until OnDone.
+  std::unique_ptr<JobStreamLimits::Slot> job_slot_;
   GrpcService::Watchdog* const watchdog_;
   std::shared_ptr<Link> link_;
 
@@ -387,6 +401,10 @@ void GrpcService::Watchdog::Loop() {
 GrpcService::GrpcService(DataService* service, const GrpcServiceOptions& options)
     : service_(service),
       auth_(options.auth),
+      job_limits_(options.auth != nullptr && options.max_streams_per_job > 0
+                      ? std::make_unique<JobStreamLimits>(
+                            options.max_streams_per_job)
+                      : nullptr),
       watchdog_(std::make_unique<Watchdog>(options.stream_idle_timeout)) {}
 
 GrpcService::~GrpcService() = default;
@@ -400,9 +418,10 @@ grpc::ServerUnaryReactor* GrpcService::GetDatasetInfo(
     const v1::GetDatasetInfoRequest* request,
     v1::GetDatasetInfoResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status s = CheckToken(auth_.get(), context, request->dataset());
-      !s.ok()) {
-    reactor->Finish(common::ToGrpcStatus(s));
+  if (absl::StatusOr<std::string> job =
+          CheckToken(auth_.get(), context, request->dataset());
+      !job.ok()) {
+    reactor->Finish(common::ToGrpcStatus(job.status()));
     return reactor;
   }
   absl::StatusOr<v1::GetDatasetInfoResponse> info =
@@ -415,8 +434,8 @@ grpc::ServerUnaryReactor* GrpcService::GetDatasetInfo(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcService::StreamBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return new StreamReactor(service_, auth_.get(), watchdog_.get(), context,
-                           request);
+  return new StreamReactor(service_, auth_.get(), job_limits_.get(),
+                           watchdog_.get(), context, request);
 }
 
 }  // namespace stoker::server

@@ -29,6 +29,10 @@ struct GrpcServiceOptions {
   // Bearer tokens per job (server/auth.h); null: every client may read
   // every dataset. The health service never asks for a token.
   std::shared_ptr<const TokenAuthorizer> auth;
+  // With `auth`: streams one job may hold open at once (0: no limit
+  // besides DataServiceOptions::max_streams). A job at its limit is
+  // refused with RESOURCE_EXHAUSTED while other jobs are served.
+  int max_streams_per_job = 0;
 };
 
 class GrpcService final : public StokerServiceBase {
@@ -57,6 +61,8 @@ class GrpcService final : public StokerServiceBase {
  private:
   DataService* const service_;
   const std::shared_ptr<const TokenAuthorizer> auth_;
+  // Null without a per-job limit.
+  const std::unique_ptr<JobStreamLimits> job_limits_;
   const std::unique_ptr<Watchdog> watchdog_;
 };
 

@@ -78,6 +78,9 @@ ABSL_FLAG(int, tls_refresh_s, 60,
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "Bearer tokens per job and the datasets each may read (format in "
           "server/auth.h). Without it every client may read every dataset.");
+ABSL_FLAG(int, max_streams_per_job, 0,
+          "With --auth_tokens_file: streams one job may hold open at once "
+          "(0: no per-job limit).");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -152,6 +155,15 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
         auth = stoker::server::TokenAuthorizer::Load(path);
     if (!auth.ok()) return auth.status();
     config.server.grpc.auth = *std::move(auth);
+  }
+  config.server.grpc.max_streams_per_job =
+      absl::GetFlag(FLAGS_max_streams_per_job);
+  if (config.server.grpc.max_streams_per_job < 0 ||
+      (config.server.grpc.max_streams_per_job > 0 &&
+       config.server.grpc.auth == nullptr)) {
+    return absl::InvalidArgumentError(
+        "--max_streams_per_job must be >= 0 and needs --auth_tokens_file "
+        "(jobs are known by their tokens)");
   }
   if (datasets.empty()) {
     return absl::InvalidArgumentError(

@@ -75,6 +75,50 @@ done
 echo "ok: no token in any log"
 kill "$pid"
 
+# Per-job stream limit: while one job holds its only stream, its second
+# fetch is refused (and retries, as for any busy server) and another job is
+# served; in the end every fetch gets its whole epoch.
+# The slow job's epoch (1280 images of 150 KB in one stream) is more than
+# gRPC's flow-control windows hold, so its stream stays open while it
+# consumes a batch every 300 ms.
+"$shards_bin" --out_dir="$tmp/big" --num_shards=1 --samples_per_shard=1280 \
+  --min_side=64 --max_side=96 >/dev/null
+launch_server "$tmp/limit.log" --port=0 --threads=2 \
+  "--dataset=train=$tmp/big/*.tar" --auth_tokens_file="$tmp/tokens" \
+  --max_streams_per_job=1
+server="127.0.0.1:$port"
+big=(--dataset=train --batch_size=64 --epochs=1 --streams_per_server=1
+     --prefetch=1 --batches_per_request=20 --stall_timeout_s=60
+     --unavailable_deadline_s=60)
+"$fetch_bin" --servers="$server" "${big[@]}" --token_file="$tmp/a.token" \
+  --step_ms=300 >"$tmp/slow.out" 2>&1 &
+slow=$!
+sleep 1
+"$fetch_bin" --servers="$server" "${big[@]}" --token_file="$tmp/a.token" \
+  >"$tmp/second.out" 2>&1 &
+second=$!
+refused=""
+for _ in $(seq 1 100); do
+  if grep -qF "job 'resnet' has 1 streams open" "$tmp/limit.log"; then
+    refused=yes
+    break
+  fi
+  sleep 0.05
+done
+[ -n "$refused" ] || fail "the job's second stream was not refused: $(cat "$tmp/limit.log")"
+kill -0 "$slow" 2>/dev/null || fail "the slow job ended before the check"
+STOKER_TOKEN="$token_c" "$fetch_bin" --servers="$server" "${big[@]}" \
+  | grep -q "images=1280 " \
+  || fail "another job was not served while resnet was at its limit"
+kill -0 "$slow" 2>/dev/null \
+  || fail "the slow job ended before the other job was served"
+wait "$slow" || fail "the slow job failed: $(cat "$tmp/slow.out")"
+wait "$second" || fail "the second fetch failed: $(cat "$tmp/second.out")"
+grep -q "images=1280 " "$tmp/slow.out" || fail "the slow job lost samples"
+grep -q "images=1280 " "$tmp/second.out" || fail "the second fetch lost samples"
+echo "ok: a job at its stream limit waits while another job is served"
+kill "$pid"
+
 # A bad tokens file stops the server before it listens.
 printf 'short resnet train\n' >"$tmp/short"
 status=0
