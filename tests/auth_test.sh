@@ -121,11 +121,11 @@ kill "$pid"
 
 # A bad tokens file stops the server before it listens.
 printf 'short resnet train\n' >"$tmp/short"
-status=0
-"$server_bin" --port=0 "--dataset=train=$tmp/train/*.tar" \
-  --auth_tokens_file="$tmp/short" >"$tmp/short.log" 2>&1 || status=$?
-[ "$status" -eq 2 ] || fail "bad tokens file: status $status"
-grep -qF "line 1: the token must be at least 16 characters" "$tmp/short.log" \
-  || fail "bad tokens file: $(cat "$tmp/short.log")"
-if grep -qF "short resnet" "$tmp/short.log"; then fail "the bad line was logged"; fi
+server_refuses "line 1: the token must be at least 16 characters" --port=0 \
+  "--dataset=train=$tmp/train/*.tar" --auth_tokens_file="$tmp/short"
+if grep -qF "short resnet" "$tmp/refused.out" "$tmp/refused.err"; then
+  fail "the bad line was logged"
+fi
+server_refuses "--max_streams_per_job must be >= 0 and needs --auth_tokens_file" \
+  --port=0 "--dataset=train=$tmp/train/*.tar" --max_streams_per_job=2
 echo "PASS"

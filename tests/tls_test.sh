@@ -128,18 +128,7 @@ echo "ok: mTLS refuses no certificate and a stranger's, serves the client"
 kill "$pid"
 
 # Bad flags: exit 2 with the reason, before listening.
-refused() {
-  local message="$1"
-  shift
-  local status=0
-  "$server_bin" --port=0 "$dataset" "$@" >"$tmp/out.log" 2>"$tmp/err.log" \
-    || status=$?
-  [ "$status" -eq 2 ] \
-    || fail "exit status $status (want 2) for $*: $(cat "$tmp/err.log")"
-  grep -qF -- "$message" "$tmp/err.log" "$tmp/out.log" \
-    || fail "no '$message' for $*: $(cat "$tmp/err.log" "$tmp/out.log")"
-  echo "ok: $* -> refused"
-}
+refused() { server_refuses "$1" --port=0 "$dataset" "${@:2}"; }
 refused "--tls_cert needs --tls_key" --tls_cert="$tmp/server1.pem"
 refused "--tls_key and --tls_client_ca need --tls_cert" \
   --tls_key="$tmp/server1.key"

@@ -15,22 +15,8 @@ test_plugins="$root/tests/plugins"
 dataset="--dataset=train=$tmp/shards/*.tar"
 
 # refused MESSAGE PLUGIN_FLAGS...: the server exits 2 before serving and
-# says MESSAGE on stderr.
-refused() {
-  local message="$1"
-  shift
-  local status=0
-  "$server_bin" --port=0 "$dataset" "$@" >"$tmp/out.log" 2>"$tmp/err.log" \
-    || status=$?
-  [ "$status" -eq 2 ] \
-    || fail "exit status $status (want 2) for $*: $(cat "$tmp/err.log")"
-  grep -qF -- "$message" "$tmp/err.log" \
-    || fail "no '$message' on stderr for $*: $(cat "$tmp/err.log")"
-  if grep -q "listening on port" "$tmp/out.log" "$tmp/err.log"; then
-    fail "the server listened despite $*"
-  fi
-  echo "ok: $* -> $(cat "$tmp/err.log")"
-}
+# says MESSAGE.
+refused() { server_refuses "$1" --port=0 "$dataset" "${@:2}"; }
 
 refused "stoker_server: --plugin: cannot load plugin '/nonexistent.so': No such file or directory" \
   --plugin=/nonexistent.so

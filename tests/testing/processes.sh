@@ -1,7 +1,7 @@
 # Shared by the process tests (tests/*_test.sh), which source it with the
 # name of their scratch directory:  . "$(...)/tests/testing/processes.sh" NAME
 # Sets root, server_bin, fetch_bin, shards_bin and tmp (emptied); kills every
-# server in $pids on exit; defines fail and launch_server.
+# server in $pids on exit; defines fail, launch_server and server_refuses.
 
 root="${TEST_SRCDIR}/${TEST_WORKSPACE:-stoker}"
 server_bin="$root/server/stoker_server"
@@ -33,4 +33,21 @@ launch_server() {
   done
   cat "$log" >&2
   fail "server did not start: $*"
+}
+
+# server_refuses MESSAGE ARGS...: stoker_server ARGS exits with status 2
+# before listening and says MESSAGE (on stderr or in its log).
+server_refuses() {
+  local message="$1"
+  shift
+  local status=0
+  "$server_bin" "$@" >"$tmp/refused.out" 2>"$tmp/refused.err" || status=$?
+  [ "$status" -eq 2 ] \
+    || fail "exit status $status (want 2) for $*: $(cat "$tmp/refused.err")"
+  grep -qF -- "$message" "$tmp/refused.err" "$tmp/refused.out" \
+    || fail "no '$message' for $*: $(cat "$tmp/refused.err" "$tmp/refused.out")"
+  if grep -q "listening on port" "$tmp/refused.out" "$tmp/refused.err"; then
+    fail "the server listened despite $*"
+  fi
+  echo "ok: refused $*"
 }
