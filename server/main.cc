@@ -78,6 +78,10 @@ ABSL_FLAG(int, tls_refresh_s, 60,
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "Bearer tokens per job and the datasets each may read (format in "
           "server/auth.h). Without it every client may read every dataset.");
+ABSL_FLAG(int, health_port, -1,
+          "If >= 0, a plaintext port serving only grpc.health.v1.Health, for "
+          "Kubernetes' grpc probes when the main port uses TLS (0 picks a "
+          "free port and logs it).");
 ABSL_FLAG(int, max_streams_per_job, 0,
           "With --auth_tokens_file: streams one job may hold open at once "
           "(0: no per-job limit).");
@@ -149,6 +153,15 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
   config.server.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   config.server.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   config.server.tls.refresh_seconds = absl::GetFlag(FLAGS_tls_refresh_s);
+  if (const int health_port = absl::GetFlag(FLAGS_health_port);
+      health_port >= 0) {
+    if (health_port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--health_port must be in [0, 65535], got ", health_port));
+    }
+    config.server.health_address =
+        absl::StrCat(absl::GetFlag(FLAGS_host), ":", health_port);
+  }
   if (const std::string path = absl::GetFlag(FLAGS_auth_tokens_file);
       !path.empty()) {
     absl::StatusOr<std::shared_ptr<const stoker::server::TokenAuthorizer>>
@@ -307,6 +320,10 @@ int main(int argc, char** argv) {
     spdlog::error("{}", server.status().ToString());
     // Bad TLS flags are the user's to fix, like any other bad flag.
     return absl::IsInvalidArgument(server.status()) ? 2 : 1;
+  }
+  if ((*server)->health_port() != 0) {
+    spdlog::info("health checks (plaintext) on port {}",
+                 (*server)->health_port());
   }
   spdlog::info("stoker_server listening on port {} with {} worker threads, "
                "memory budget {} MiB",

@@ -98,6 +98,25 @@ absl::StatusOr<std::unique_ptr<StokerServer>> StokerServer::Start(
                      " (address in use or invalid?)"));
   }
   server->port_ = port;
+  if (!options.health_address.empty()) {
+    // Its own grpc::Server: a second port of the main one would serve the
+    // data service in plaintext too.
+    grpc::ServerBuilder health;
+    // gRPC refuses a server with no service of its own; this one answers
+    // UNIMPLEMENTED to anything but the health service.
+    health.RegisterCallbackGenericService(&server->unimplemented_);
+    int health_port = 0;
+    health.AddListeningPort(options.health_address,
+                            grpc::InsecureServerCredentials(), &health_port);
+    health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    server->health_server_ = health.BuildAndStart();
+    if (server->health_server_ == nullptr || health_port == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options.health_address,
+                       " for health checks (address in use or invalid?)"));
+    }
+    server->health_port_ = health_port;
+  }
   return server;
 }
 
@@ -112,18 +131,25 @@ void StokerServer::Drain(absl::Duration grace) {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
   }
-  if (server_ != nullptr) {
-    server_->GetHealthCheckService()->SetServingStatus(false);
+  for (grpc::Server* s : {server_.get(), health_server_.get()}) {
+    if (s != nullptr) s->GetHealthCheckService()->SetServingStatus(false);
   }
   service_->StartDraining();
   if (!service_->WaitForStreamsToEnd(grace)) {
     spdlog::warn("drain grace of {} is over; cancelling the streams left",
                  absl::FormatDuration(grace));
   }
-  Shutdown();
+  // The streams have ended, but their final statuses (UNAVAILABLE: ask
+  // another server) may still be on their way out: give them a moment
+  // even when the shutdown grace is zero, or the clients see a reset
+  // connection instead of the reason. Shutdown returns as soon as they are
+  // sent.
+  ShutdownWithin(std::max(grace_, absl::Seconds(1)));
 }
 
-void StokerServer::Shutdown() {
+void StokerServer::Shutdown() { ShutdownWithin(grace_); }
+
+void StokerServer::ShutdownWithin(absl::Duration grace) {
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
@@ -131,8 +157,9 @@ void StokerServer::Shutdown() {
   }
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
-                      absl::ToChronoNanoseconds(grace_));
+                      absl::ToChronoNanoseconds(grace));
   }
+  if (health_server_ != nullptr) health_server_->Shutdown();
   service_->Stop();
 }
 

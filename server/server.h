@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
 #include "server/data_service.h"
 #include "server/grpc_service.h"
@@ -41,6 +42,10 @@ struct ServerOptions {
   absl::Duration shutdown_grace = absl::Seconds(2);
   GrpcServiceOptions grpc;
   ServerTlsOptions tls;
+  // host:port of a plaintext port that serves only grpc.health.v1.Health
+  // (Kubernetes' grpc probes cannot speak TLS); empty: none. Port 0 picks
+  // one (health_port()).
+  std::string health_address;
 };
 
 class StokerServer {
@@ -54,6 +59,8 @@ class StokerServer {
   ~StokerServer();
 
   int port() const { return port_; }
+  // The health-only port, or 0 without one.
+  int health_port() const { return health_port_; }
   // "127.0.0.1:<port>", for clients in the same process.
   std::string local_address() const;
   DataService* service() const { return service_.get(); }
@@ -73,12 +80,18 @@ class StokerServer {
  private:
   StokerServer(std::unique_ptr<DataService> service,
                const ServerOptions& options);
+  // Shutdown, letting running calls finish for up to `grace`.
+  void ShutdownWithin(absl::Duration grace);
 
   const std::unique_ptr<DataService> service_;
   GrpcService grpc_service_;
   const absl::Duration grace_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // Health only, plaintext (ServerOptions::health_address); may be null.
+  grpc::CallbackGenericService unimplemented_;
+  std::unique_ptr<grpc::Server> health_server_;
+  int health_port_ = 0;
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -681,6 +681,57 @@ TEST_F(EndToEndTest, DrainEndsStreamsWithUnavailableAndRefusesNewOnes) {
   drain.join();  // returns once the stream ended, not after the grace
 }
 
+// --health_port: a plaintext port with the health service only (for
+// Kubernetes' probes when the main port uses TLS): it reports SERVING, does
+// not serve the data service, and turns NOT_SERVING on drain.
+TEST_F(EndToEndTest, HealthPortServesOnlyTheHealthService) {
+  auto dataset = server::Dataset::Open(kDataset, shards_.glob);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  std::vector<std::unique_ptr<server::Dataset>> datasets;
+  datasets.push_back(*std::move(dataset));
+  auto service = server::DataService::Create(Cluster::DefaultServiceOptions(),
+                                             std::move(datasets));
+  ASSERT_TRUE(service.ok()) << service.status();
+  server::ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.health_address = "127.0.0.1:0";
+  auto server = server::StokerServer::Start(options, *std::move(service));
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_NE((*server)->health_port(), 0);
+  const std::string health_address =
+      absl::StrCat("127.0.0.1:", (*server)->health_port());
+  absl::StatusOr<std::string> health = HealthCheck(health_address);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, kServing);
+  RawClient client(health_address);
+  grpc::ClientContext context;
+  v1::GetDatasetInfoRequest request;
+  request.set_dataset(kDataset);
+  v1::GetDatasetInfoResponse response;
+  EXPECT_EQ(client.stub().GetDatasetInfo(&context, request, &response)
+                .error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  // Draining with a stream open keeps the ports up while it reports.
+  RawClient data((*server)->local_address());
+  grpc::ClientContext stream_context;
+  v1::StreamBatchesRequest huge = LargeRequest();
+  *huge.mutable_plan()->mutable_transform() =
+      *image::ParseTransform("RandomResizedCrop(2048)");
+  auto reader = data.stub().StreamBatches(&stream_context, huge);
+  v1::StreamBatchesResponse batch;
+  ASSERT_TRUE(reader->Read(&batch));
+  server::StokerServer* raw = server->get();
+  std::thread drain([raw] { raw->Drain(absl::Seconds(30)); });
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<std::string> h = HealthCheck(health_address);
+    return h.ok() && *h == kNotServing;
+  }));
+  while (reader->Read(&batch)) {
+  }
+  reader->Finish();
+  drain.join();
+}
+
 // gRPC sets SO_REUSEPORT, so a second server on a busy port started and
 // took half of the new connections (with other data, possibly).
 TEST_F(EndToEndTest, PortIsExclusive) {
