@@ -14,6 +14,7 @@ every child inherits the affinity):
   b. Stoker   stoker_server + stoker_fetch over loopback, default transform.
               One untimed warm-up epoch, then enough epochs for
               --min_seconds. Server and client share the cores.
+     tls      the same over TLS (certificates made with openssl here).
   c. peer     torch DataLoader over the same shards: PIL decode,
               RandomResizedCrop(224), RandomHorizontalFlip(), PILToTensor(),
               num_workers=cores, persistent workers, same batch size and
@@ -315,6 +316,37 @@ def bench_stoker(args, bazel_bin, data_dir):
     }
 
 
+def bench_stoker_tls(args, bazel_bin, data_dir):
+    """Step b over TLS: certificates made here with openssl (a CA and a
+    server certificate for 127.0.0.1), stoker_server --tls_cert/--tls_key,
+    stoker_fetch --tls_ca; the same epochs as the plaintext step."""
+    certs = tempfile.mkdtemp(prefix="stoker-bench-tls-")
+    try:
+        def openssl(*argv):
+            subprocess.run(["openssl", *argv], check=True,
+                           capture_output=True)
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                "1", "-subj", "/CN=bench CA", "-keyout", f"{certs}/ca.key",
+                "-out", f"{certs}/ca.pem")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj",
+                "/CN=localhost", "-keyout", f"{certs}/server.key", "-out",
+                f"{certs}/server.csr")
+        with open(f"{certs}/san.ext", "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        openssl("x509", "-req", "-in", f"{certs}/server.csr", "-CA",
+                f"{certs}/ca.pem", "-CAkey", f"{certs}/ca.key",
+                "-CAcreateserial", "-days", "1", "-extfile",
+                f"{certs}/san.ext", "-out", f"{certs}/server.pem")
+        tls_args = argparse.Namespace(**vars(args))
+        tls_args.server_flags = (args.server_flags +
+                                 f" --tls_cert={certs}/server.pem"
+                                 f" --tls_key={certs}/server.key")
+        tls_args.fetch_flags = args.fetch_flags + f" --tls_ca={certs}/ca.pem"
+        return bench_stoker(tls_args, bazel_bin, data_dir)
+    finally:
+        shutil.rmtree(certs, ignore_errors=True)
+
+
 def bench_client_cached(args, bazel_bin):
     """stoker_fetch against transport_bench's cached batches: the client's
     CPU per image with nothing to wait for. One warm-up epoch (it allocates
@@ -544,7 +576,7 @@ def ratio_of(a, b):
 
 
 def print_table(args, corpus, stoker, peer, ceiling, client, grpc, tcp,
-                foreign):
+                foreign, tls=None):
     s_ips = stoker and stoker["images_per_s"]
     p_ips = peer and peer["images_per_s"]
     s_cpu = stoker and stoker["cpu_per_image"]
@@ -639,6 +671,14 @@ def print_table(args, corpus, stoker, peer, ceiling, client, grpc, tcp,
     print("  ".join("-" * w for w in widths))
     for r in table[1:]:
         print(line(r))
+    if tls and stoker:
+        t_ms = tls["client_cpu"] / tls["images"] * 1e3
+        print(f"\nTLS (step b again, stoker_server --tls_cert, stoker_fetch "
+              f"--tls_ca): {tls['images_per_s']:.0f} images/s "
+              f"({ratio_of(tls['images_per_s'], s_ips):.2f}x plaintext), "
+              f"CPU {tls['cpu_per_image'] * 1e3:.2f} ms/image (plaintext "
+              f"{s_cpu * 1e3:.2f}), client {t_ms:.3f} ms/image (plaintext "
+              f"{c_ms:.3f}).")
     print(flush=True)
 
 
@@ -687,7 +727,7 @@ def main():
                    help="Extra stoker_fetch flags.")
     p.add_argument("--skip", default="",
                    help="Comma-separated steps to skip: stoker, peer, "
-                   "ceiling, client, grpc, tcp.")
+                   "tls, ceiling, client, grpc, tcp.")
     args = p.parse_args()
     if not 1 <= args.cores <= os.cpu_count():
         sys.exit(f"--cores must be in 1..{os.cpu_count()}")
@@ -728,6 +768,8 @@ def main():
         peer_epochs = args.peer_epochs or (stoker["epochs"]
                                            if stoker else args.epochs)
         peer = attempt("peer", lambda: bench_peer(args, data_dir, peer_epochs))
+        tls = attempt("tls", lambda: bench_stoker_tls(args, bazel_bin,
+                                                      data_dir))
         ceiling = attempt("ceiling",
                           lambda: bench_ceiling(args, bazel_bin, data_dir))
         client = attempt("client",
@@ -741,7 +783,7 @@ def main():
         else:
             corpus["images"] = len(index_shards(shards))
         print_table(args, corpus, stoker, peer, ceiling, client, grpc, tcp,
-                    foreign)
+                    foreign, tls)
     finally:
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)
