@@ -130,7 +130,7 @@ BatchStream::BatchStream(BatchStreamSetup setup,
                         ? setup_.fields->fixed_sample_bytes
                         : static_cast<size_t>(setup_.out_height) *
                               setup_.out_width * 3),
-      queue_(setup_.pool->NewQueue()),
+      queue_(setup_.pool->NewQueue(setup_.job)),
       on_ready_(std::move(on_ready)),
       next_to_schedule_(setup_.start_batch) {}
 

@@ -90,6 +90,9 @@ struct BatchStreamSetup {
   // The request's fields (see server/sample_fields.h); null for a classic
   // (image, class) request.
   std::shared_ptr<const FieldLayout> fields;
+  // The job the stream belongs to (its worker-pool group; "" without
+  // tokens).
+  std::string job;
   int64_t start_batch = 0;
   int64_t end_batch = 0;  // exclusive, <= plan.num_batches()
   bool fail_on_bad_sample = false;

@@ -135,7 +135,8 @@ std::shared_ptr<const std::vector<int64_t>> DataService::GlobalOrder(
 }
 
 absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
-    const v1::StreamBatchesRequest& request, std::function<void()> on_ready) {
+    const v1::StreamBatchesRequest& request, std::function<void()> on_ready,
+    const std::string& job) {
   const v1::EpochPlanSpec& spec = request.plan();
   absl::StatusOr<const Dataset*> found = FindDataset(spec.dataset());
   if (!found.ok()) return found.status();
@@ -260,6 +261,7 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   setup.out_height = height;
   setup.out_width = width;
   setup.fields = std::move(fields);
+  setup.job = job;
   setup.start_batch = start;
   setup.end_batch = end;
   setup.fail_on_bad_sample =

@@ -75,10 +75,13 @@ class DataService {
   // Validates the request and starts producing its batches. Errors:
   // NOT_FOUND (dataset), FAILED_PRECONDITION (fingerprint), INVALID_ARGUMENT
   // (plan, transform, range, policy), RESOURCE_EXHAUSTED (max_streams,
-  // max_batch_bytes, a batch larger than max_memory_bytes). The stream counts against max_streams until it is
-  // destroyed. See BatchStream for `on_ready`.
+  // max_batch_bytes, a batch larger than max_memory_bytes). The stream
+  // counts against max_streams until it is destroyed. See BatchStream for
+  // `on_ready`. `job` (the token's job, "" without tokens) is the group
+  // whose share of the workers the stream's samples use (WorkerPool).
   absl::StatusOr<std::shared_ptr<BatchStream>> OpenStream(
-      const v1::StreamBatchesRequest& request, std::function<void()> on_ready);
+      const v1::StreamBatchesRequest& request, std::function<void()> on_ready,
+      const std::string& job = "");
 
   DataServiceStats stats() const;
 

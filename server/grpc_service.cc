@@ -152,10 +152,13 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     watchdog_->Add(link_);
     std::shared_ptr<Link> link = link_;
     absl::StatusOr<std::shared_ptr<BatchStream>> stream =
-        service->OpenStream(request, [link] {
-          absl::MutexLock lock(&link->mu);
-          if (link->reactor != nullptr) link->reactor->Pump();
-        });
+        service->OpenStream(
+            request,
+            [link] {
+              absl::MutexLock lock(&link->mu);
+              if (link->reactor != nullptr) link->reactor->Pump();
+            },
+            *job);
     if (!stream.ok()) {
       spdlog::info("refused stream from {}: {}", peer_,
                    stream.status().ToString());

@@ -30,11 +30,21 @@ WorkerPool::WorkerPool(int num_threads, const ContextFactory& factory) {
 
 WorkerPool::~WorkerPool() { Stop(); }
 
-std::unique_ptr<TaskQueue> WorkerPool::NewQueue() {
+std::unique_ptr<TaskQueue> WorkerPool::NewQueue(const std::string& group) {
   std::unique_ptr<TaskQueue> queue(new TaskQueue(this));
   absl::MutexLock lock(&mu_);
-  queues_[queue.get()].closed = stopping_;
+  QueueState& state = queues_[queue.get()];
+  state.group = group;
+  state.closed = stopping_;
   return queue;
+}
+
+void WorkerPool::EnterRingLocked(QueueState& state, const TaskQueue* queue) {
+  if (state.in_ring) return;
+  state.in_ring = true;
+  std::deque<const TaskQueue*>& ring = rings_[state.group];
+  if (ring.empty()) group_ring_.push_back(state.group);
+  ring.push_back(queue);
 }
 
 void WorkerPool::Push(const TaskQueue* queue, TaskQueue::Task task) {
@@ -42,10 +52,7 @@ void WorkerPool::Push(const TaskQueue* queue, TaskQueue::Task task) {
   QueueState& state = queues_.at(queue);
   if (state.closed || stopping_) return;
   state.tasks.push_back(std::move(task));
-  if (!state.in_ring) {
-    state.in_ring = true;
-    ring_.push_back(queue);
-  }
+  EnterRingLocked(state, queue);
 }
 
 void WorkerPool::CloseLocked(QueueState& state, const TaskQueue* queue,
@@ -54,7 +61,14 @@ void WorkerPool::CloseLocked(QueueState& state, const TaskQueue* queue,
   for (auto& t : state.tasks) dropped->push_back(std::move(t));
   state.tasks.clear();
   if (state.in_ring) {
-    ring_.erase(std::remove(ring_.begin(), ring_.end(), queue), ring_.end());
+    std::deque<const TaskQueue*>& ring = rings_.at(state.group);
+    ring.erase(std::remove(ring.begin(), ring.end(), queue), ring.end());
+    if (ring.empty()) {
+      rings_.erase(state.group);
+      group_ring_.erase(
+          std::remove(group_ring_.begin(), group_ring_.end(), state.group),
+          group_ring_.end());
+    }
     state.in_ring = false;
   }
 }
@@ -83,7 +97,8 @@ void WorkerPool::Stop() {
       state.tasks.clear();
       state.in_ring = false;
     }
-    ring_.clear();
+    group_ring_.clear();
+    rings_.clear();
   }
   for (std::thread& t : threads_) t.join();
 }
@@ -94,19 +109,29 @@ void WorkerPool::WorkerLoop(WorkerContext* context) {
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !ring_.empty();
+        return stopping_ || !group_ring_.empty();
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      const TaskQueue* queue = ring_.front();
-      ring_.pop_front();
+      // The next group's next queue gives one task; each goes to the back
+      // of its ring if it has more.
+      const std::string group = std::move(group_ring_.front());
+      group_ring_.pop_front();
+      std::deque<const TaskQueue*>& ring = rings_.at(group);
+      const TaskQueue* queue = ring.front();
+      ring.pop_front();
       QueueState& state = queues_.at(queue);
       task = std::move(state.tasks.front());
       state.tasks.pop_front();
       if (state.tasks.empty()) {
         state.in_ring = false;
       } else {
-        ring_.push_back(queue);
+        ring.push_back(queue);
+      }
+      if (ring.empty()) {
+        rings_.erase(group);
+      } else {
+        group_ring_.push_back(group);
       }
     }
     task(context);

@@ -2,15 +2,19 @@
 #define STOKER_SERVER_WORKER_POOL_H_
 
 // A fixed set of worker threads shared by every stream of the server, with
-// one task queue per stream. Workers take tasks round robin across the
-// queues that have work, one task per turn, so concurrent streams are served
-// fairly whatever their batch sizes. Queues are bounded by their producers
-// (a stream only enqueues the samples of its in-flight batches).
+// one task queue per stream. Queues belong to groups (the job a stream
+// comes from; "" without tokens). Workers take tasks round robin across the
+// groups that have work, and within a group round robin across its queues,
+// one task per turn: jobs get equal shares whatever their stream counts, and
+// a job's streams share its part fairly whatever their batch sizes. Queues
+// are bounded by their producers (a stream only enqueues the samples of its
+// in-flight batches).
 
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -61,8 +65,8 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // A new queue. The pool must outlive it.
-  std::unique_ptr<TaskQueue> NewQueue();
+  // A new queue in `group`. The pool must outlive it.
+  std::unique_ptr<TaskQueue> NewQueue(const std::string& group = "");
 
   // Lets running tasks finish, drops queued ones, joins the workers.
   // Idempotent; Push after Stop drops the task.
@@ -73,9 +77,10 @@ class WorkerPool {
  private:
   friend class TaskQueue;
   struct QueueState {
+    std::string group;
     std::deque<TaskQueue::Task> tasks;
     bool closed = false;
-    bool in_ring = false;  // listed in ring_
+    bool in_ring = false;  // listed in its group's ring
   };
   void WorkerLoop(WorkerContext* context);
   // TaskQueue's calls. Close moves the dropped tasks to *dropped, for the
@@ -90,8 +95,15 @@ class WorkerPool {
   absl::Mutex mu_;
   // Every queue's state, by queue.
   std::unordered_map<const TaskQueue*, QueueState> queues_ ABSL_GUARDED_BY(mu_);
-  // Queues with pending tasks, in round-robin order.
-  std::deque<const TaskQueue*> ring_ ABSL_GUARDED_BY(mu_);
+  // Groups with pending tasks, in round-robin order, and each such group's
+  // queues with pending tasks, in round-robin order.
+  std::deque<std::string> group_ring_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::deque<const TaskQueue*>> rings_
+      ABSL_GUARDED_BY(mu_);
+  // Adds a queue with tasks to its group's ring (and the group to
+  // group_ring_).
+  void EnterRingLocked(QueueState& state, const TaskQueue* queue)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   std::vector<std::unique_ptr<WorkerContext>> contexts_;

@@ -207,6 +207,43 @@ TEST_F(WorkerPoolTest, ServesQueuesRoundRobin) {
   }
 }
 
+// Groups (jobs) share the workers equally whatever their queue (stream)
+// counts: job X with three busy streams and job Y with one take turns, and
+// X's streams take turns within X's share.
+TEST_F(WorkerPoolTest, ServesGroupsRoundRobinThenTheirQueues) {
+  WorkerPool pool(1, Factory());
+  std::unique_ptr<TaskQueue> gate = pool.NewQueue("gate");
+  std::unique_ptr<TaskQueue> x1 = pool.NewQueue("X");
+  std::unique_ptr<TaskQueue> x2 = pool.NewQueue("X");
+  std::unique_ptr<TaskQueue> x3 = pool.NewQueue("X");
+  std::unique_ptr<TaskQueue> y = pool.NewQueue("Y");
+  absl::Mutex mu;
+  std::vector<std::string> order;
+  absl::Notification finished;
+  auto record = [&](std::string name) {
+    return [&, name](WorkerContext*) {
+      absl::MutexLock lock(&mu);
+      order.push_back(name);
+      if (order.size() == 18) finished.Notify();
+    };
+  };
+  BlockedWorker blocked(gate.get());
+  for (int i = 0; i < 4; ++i) {
+    x1->Push(record("x1"));
+    x2->Push(record("x2"));
+    x3->Push(record("x3"));
+  }
+  for (int i = 0; i < 6; ++i) y->Push(record("y"));
+  blocked.Release();
+  finished.WaitForNotification();
+
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(order.size(), 18u);
+  EXPECT_THAT(std::vector<std::string>(order.begin(), order.begin() + 12),
+              ElementsAre("x1", "y", "x2", "y", "x3", "y", "x1", "y", "x2",
+                          "y", "x3", "y"));
+}
+
 TEST_F(WorkerPoolTest, QueueRejoinsRotationAfterDraining) {
   WorkerPool pool(1, Factory());
   std::unique_ptr<TaskQueue> a = pool.NewQueue();
