@@ -152,7 +152,7 @@ void BatchStream::ScheduleLocked() {
           [weak](MemoryBudget::Charge granted) {
             if (auto self = weak.lock()) self->OnMemoryGranted(std::move(granted));
           },
-          &memory_ticket_);
+          &memory_ticket_, setup_.job);
       if (memory_ticket_ != 0) return;  // OnMemoryGranted continues
     }
     std::unique_ptr<PixelBytes> pixels =

@@ -71,7 +71,12 @@ DataService::DataService(const DataServiceOptions& options,
                          std::vector<std::unique_ptr<Dataset>> datasets)
     : options_(options),
       datasets_(ByName(std::move(datasets))),
-      budget_(MemoryBudget::Create(options.max_memory_bytes)),
+      budget_(MemoryBudget::Create(
+          options.max_memory_bytes,
+          options.max_memory_share_per_job < 1.0
+              ? static_cast<int64_t>(options.max_memory_share_per_job *
+                                     options.max_memory_bytes)
+              : 0)),
       mappings_(std::make_shared<PixelMappingCache>(kKeptBatchMappings)) {
   image::SampleProcessorOptions processor = options.processor;
   pool_ = std::make_unique<WorkerPool>(

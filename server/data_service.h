@@ -46,6 +46,10 @@ struct DataServiceOptions {
   // RESOURCE_EXHAUSTED. Default 4 GiB; stoker_server derives its default
   // from the machine's or the cgroup's memory.
   int64_t max_memory_bytes = int64_t{4} << 30;
+  // Share of max_memory_bytes one job's batches may hold at once (jobs are
+  // known by their tokens, server/auth.h), in (0, 1]; 1: no per-job cap.
+  // A job below its share always gets its next batch when memory is free.
+  double max_memory_share_per_job = 1.0;
   BatchStreamOptions stream;
   image::SampleProcessorOptions processor;
   // Epoch orders kept for reuse (one per dataset/seed/epoch/shuffle).

@@ -82,6 +82,9 @@ ABSL_FLAG(int, health_port, -1,
           "If >= 0, a plaintext port serving only grpc.health.v1.Health, for "
           "Kubernetes' grpc probes when the main port uses TLS (0 picks a "
           "free port and logs it).");
+ABSL_FLAG(double, max_memory_share_per_job, 1.0,
+          "With --auth_tokens_file: share of --max_memory_bytes one job's "
+          "batches may hold at once, in (0, 1] (1: no per-job cap).");
 ABSL_FLAG(int, max_streams_per_job, 0,
           "With --auth_tokens_file: streams one job may hold open at once "
           "(0: no per-job limit).");
@@ -171,6 +174,14 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
   }
   config.server.grpc.max_streams_per_job =
       absl::GetFlag(FLAGS_max_streams_per_job);
+  const double share = absl::GetFlag(FLAGS_max_memory_share_per_job);
+  if (!(share > 0 && share <= 1) ||
+      (share < 1 && config.server.grpc.auth == nullptr)) {
+    return absl::InvalidArgumentError(
+        "--max_memory_share_per_job must be in (0, 1] and, below 1, needs "
+        "--auth_tokens_file (jobs are known by their tokens)");
+  }
+  config.service.max_memory_share_per_job = share;
   if (config.server.grpc.max_streams_per_job < 0 ||
       (config.server.grpc.max_streams_per_job > 0 &&
        config.server.grpc.auth == nullptr)) {

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -38,14 +40,22 @@ class MemoryBudget : public std::enable_shared_from_this<MemoryBudget> {
 
    private:
     friend class MemoryBudget;
-    Charge(std::shared_ptr<MemoryBudget> budget, int64_t bytes)
-        : budget_(std::move(budget)), bytes_(bytes) {}
+    Charge(std::shared_ptr<MemoryBudget> budget, int64_t bytes,
+           std::string job = "")
+        : budget_(std::move(budget)), bytes_(bytes), job_(std::move(job)) {}
     std::shared_ptr<MemoryBudget> budget_;
     int64_t bytes_ = 0;
+    std::string job_;  // whose share it counts against ("": none)
   };
 
-  // `limit_bytes` >= 1. Shared: charges keep the budget alive.
-  static std::shared_ptr<MemoryBudget> Create(int64_t limit_bytes);
+  // `limit_bytes` >= 1. `job_limit_bytes` > 0 caps what one job's
+  // charges may hold at once (ChargeOrWait's `job`), so one job cannot take
+  // the whole budget from the others; a job holding nothing is always
+  // allowed its request (if the budget has room), so a batch larger than
+  // the cap still goes through, one at a time. 0: no per-job cap. Shared:
+  // charges keep the budget alive.
+  static std::shared_ptr<MemoryBudget> Create(int64_t limit_bytes,
+                                              int64_t job_limit_bytes = 0);
 
   int64_t limit() const { return limit_; }
 
@@ -53,8 +63,9 @@ class MemoryBudget : public std::enable_shared_from_this<MemoryBudget> {
   // request and returns an empty Charge: `granted` is then called once with
   // the charge when memory frees up, unless Withdraw(ticket) returned true
   // first. `*ticket` identifies the queued request.
+  // `job` ("" for none) is the job whose share the bytes count against.
   Charge ChargeOrWait(int64_t bytes, std::function<void(Charge)> granted,
-                      uint64_t* ticket);
+                      uint64_t* ticket, const std::string& job = "");
   // Removes a queued request. False if it was already granted (its callback
   // has run or is about to run).
   bool Withdraw(uint64_t ticket);
@@ -72,21 +83,31 @@ class MemoryBudget : public std::enable_shared_from_this<MemoryBudget> {
   Stats stats() const;
 
  private:
-  explicit MemoryBudget(int64_t limit_bytes) : limit_(limit_bytes) {}
-  void Release(int64_t bytes);
+  MemoryBudget(int64_t limit_bytes, int64_t job_limit_bytes)
+      : limit_(limit_bytes), job_limit_(job_limit_bytes) {}
+  void Release(int64_t bytes, const std::string& job);
+  // Whether `bytes` for `job` may be charged now.
+  bool FitsLocked(int64_t bytes, const std::string& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ChargeLocked(int64_t bytes, const std::string& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Waiter {
     uint64_t ticket;
     int64_t bytes;
+    std::string job;
     std::function<void(Charge)> granted;
   };
 
   const int64_t limit_;
+  const int64_t job_limit_;
   mutable absl::Mutex mu_;
   int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   std::list<Waiter> waiters_ ABSL_GUARDED_BY(mu_);  // in arrival order
+  // Bytes held per job (jobs holding nothing are absent).
+  std::map<std::string, int64_t> job_used_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stoker::server

@@ -128,4 +128,16 @@ if grep -qF "short resnet" "$tmp/refused.out" "$tmp/refused.err"; then
 fi
 server_refuses "--max_streams_per_job must be >= 0 and needs --auth_tokens_file" \
   --port=0 "--dataset=train=$tmp/train/*.tar" --max_streams_per_job=2
+server_refuses "--max_memory_share_per_job must be in (0, 1]" \
+  --port=0 "--dataset=train=$tmp/train/*.tar" --max_memory_share_per_job=0.5
+server_refuses "--max_memory_share_per_job must be in (0, 1]" --port=0 \
+  "--dataset=train=$tmp/train/*.tar" --auth_tokens_file="$tmp/tokens" \
+  --max_memory_share_per_job=1.5
+# With tokens and a share, the server starts and serves.
+launch_server "$tmp/share.log" --port=0 "--dataset=train=$tmp/train/*.tar" \
+  --auth_tokens_file="$tmp/tokens" --max_memory_share_per_job=0.25
+"$fetch_bin" --servers="127.0.0.1:$port" --dataset=train "${flags[@]}" \
+  --token_file="$tmp/a.token" | grep -q "images=8 " \
+  || fail "a server with a per-job memory share did not serve"
+kill "$pid"
 echo "PASS"

@@ -28,6 +28,38 @@ TEST(MemoryBudgetTest, ChargesWhatFitsAndGivesItBack) {
   EXPECT_EQ(budget->stats().peak, 100);
 }
 
+// A job at its share waits although the budget has room; another job is
+// charged meanwhile; the waiting job is granted when its own memory frees.
+// A job holding nothing always gets a request that fits the budget, even
+// one larger than its share.
+TEST(MemoryBudgetTest, AJobAtItsShareWaitsWhileOthersAreCharged) {
+  auto budget = MemoryBudget::Create(100, /*job_limit_bytes=*/40);
+  uint64_t ticket = 0;
+  Charge a1 = budget->ChargeOrWait(30, nullptr, &ticket, "a");
+  EXPECT_EQ(a1.bytes(), 30);
+  std::vector<Charge> granted;
+  uint64_t waiting = 0;
+  Charge a2 = budget->ChargeOrWait(
+      30, [&granted](Charge c) { granted.push_back(std::move(c)); }, &waiting,
+      "a");
+  EXPECT_EQ(a2.bytes(), 0);  // 60 > a's 40 although 70 bytes are free
+  EXPECT_NE(waiting, 0u);
+  Charge b = budget->ChargeOrWait(35, nullptr, &ticket, "b");
+  EXPECT_EQ(b.bytes(), 35);
+  Charge untagged = budget->ChargeOrWait(20, nullptr, &ticket);
+  EXPECT_EQ(untagged.bytes(), 20);  // no job: only the global limit
+  b.Reset();  // b's memory does not count toward a's share
+  EXPECT_TRUE(granted.empty());
+  a1.Reset();
+  ASSERT_EQ(granted.size(), 1u);
+  EXPECT_EQ(granted[0].bytes(), 30);
+  granted.clear();
+  // Larger than the share, nothing held by c: charged.
+  Charge big = budget->ChargeOrWait(50, nullptr, &ticket, "c");
+  EXPECT_EQ(big.bytes(), 50);
+  EXPECT_EQ(budget->stats().used, 70);
+}
+
 TEST(MemoryBudgetTest, WaitersAreGrantedInOrderWhenMemoryIsFreed) {
   auto budget = MemoryBudget::Create(100);
   uint64_t ticket = 0;
