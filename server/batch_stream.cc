@@ -259,13 +259,10 @@ absl::Status BatchStream::RunFieldSample(SampleWorker* worker, Pending* batch,
   size_t base = 0;  // start of the current fixed field's region
   // Regions in slot order: image first, then the masks as requested.
   targets.fixed.resize(layout.fixed_count);
-  std::vector<size_t> sizes(layout.fixed_count);
-  for (const FieldLayout::Field& field : layout.fields) {
-    if (field.sample_bytes > 0) sizes[field.slot] = field.sample_bytes;
-  }
   for (int f = 0; f < layout.fixed_count; ++f) {
-    targets.fixed[f] = batch->pixels->data() + base + sizes[f] * slot;
-    base += sizes[f] * n;
+    const size_t size = layout.fixed_bytes[f];
+    targets.fixed[f] = batch->pixels->data() + base + size * slot;
+    base += size * n;
   }
   for (std::vector<int32_t>& values : batch->classes) {
     targets.classes.push_back(&values[slot]);
@@ -290,15 +287,9 @@ absl::Status BatchStream::RunFieldSample(SampleWorker* worker, Pending* batch,
 
 void BatchStream::CompactPayload(Pending* batch, const std::vector<int>& keep) {
   const size_t n = batch->samples.size();
-  std::vector<size_t> sizes;
-  if (setup_.fields == nullptr) {
-    sizes.push_back(sample_bytes_);
-  } else {
-    sizes.resize(setup_.fields->fixed_count);
-    for (const FieldLayout::Field& field : setup_.fields->fields) {
-      if (field.sample_bytes > 0) sizes[field.slot] = field.sample_bytes;
-    }
-  }
+  const std::vector<size_t> sizes = setup_.fields != nullptr
+                                        ? setup_.fields->fixed_bytes
+                                        : std::vector<size_t>{sample_bytes_};
   // Every destination is at or before its source, and sources are visited
   // in increasing address order, so no byte is overwritten before it moved.
   uint8_t* data = batch->pixels->data();
@@ -464,13 +455,9 @@ void BatchStream::DescribeFields(Pending* batch, ReadyBatch* ready) {
   v1::Batch& header = ready->header;
   // Fixed fields' regions, in payload order.
   std::vector<int64_t> fixed_offset(layout.fixed_count + 1, 0);
-  for (const FieldLayout::Field& field : layout.fields) {
-    if (field.sample_bytes > 0) {
-      fixed_offset[field.slot + 1] = static_cast<int64_t>(field.sample_bytes) * n;
-    }
-  }
   for (int f = 0; f < layout.fixed_count; ++f) {
-    fixed_offset[f + 1] += fixed_offset[f];
+    fixed_offset[f + 1] =
+        fixed_offset[f] + static_cast<int64_t>(layout.fixed_bytes[f]) * n;
   }
   int64_t extra_offset = fixed_offset[layout.fixed_count];
   size_t extra_size = 0;

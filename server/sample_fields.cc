@@ -38,8 +38,6 @@ uint64_t ViewKey(uint64_t sample_key, int view) {
 absl::StatusOr<FieldLayout> MakeFieldLayout(
     const google::protobuf::RepeatedPtrField<v1::FieldSpec>& specs,
     std::shared_ptr<const image::Transform> transform) {
-  const int out_width = transform->output_size().width;
-  const int out_height = transform->output_size().height;
   if (specs.size() > kMaxFields) {
     return absl::InvalidArgumentError(absl::StrCat(
         specs.size(), " fields requested, at most ", kMaxFields));
@@ -47,7 +45,6 @@ absl::StatusOr<FieldLayout> MakeFieldLayout(
   FieldLayout layout;
   layout.image = -1;
   std::set<std::string> names;
-  const size_t pixels = static_cast<size_t>(out_width) * out_height;  // masks
   for (const v1::FieldSpec& given : specs) {
     FieldLayout::Field field;
     field.spec = given;
@@ -140,9 +137,7 @@ absl::StatusOr<FieldLayout> MakeFieldLayout(
           return absl::InvalidArgumentError(absl::StrCat(
               where, ": mask fill must be 0..255, not ", spec.fill()));
         }
-        field.sample_bytes = pixels * spec.channels();
-        field.out_width = out_width;
-        field.out_height = out_height;
+        // Sized after the loop: a mask takes the image's size.
         field.slot = layout.fixed_count++;
         break;
       case v1::FIELD_ROLE_CLASS:
@@ -156,7 +151,7 @@ absl::StatusOr<FieldLayout> MakeFieldLayout(
             where, ": role must be image, mask, class or bytes (got ",
             spec.role(), ")"));
     }
-    layout.fixed_sample_bytes += field.sample_bytes;
+    field.extensions.assign(spec.extensions().begin(), spec.extensions().end());
     layout.fields.push_back(std::move(field));
   }
   if (layout.image < 0) {
@@ -172,10 +167,6 @@ absl::StatusOr<FieldLayout> MakeFieldLayout(
     f.sample_bytes = static_cast<size_t>(image.out_width) * image.out_height *
                      f.spec.channels();
   }
-  layout.fixed_sample_bytes = 0;
-  for (const FieldLayout::Field& f : layout.fields) {
-    layout.fixed_sample_bytes += f.sample_bytes;
-  }
   // The image comes first in the payload whatever its place in the request.
   if (layout.fields[layout.image].slot != 0) {
     const int old = layout.fields[layout.image].slot;
@@ -185,6 +176,12 @@ absl::StatusOr<FieldLayout> MakeFieldLayout(
       if (fixed && f.slot < old) ++f.slot;
     }
     layout.fields[layout.image].slot = 0;
+  }
+  layout.fixed_bytes.assign(layout.fixed_count, 0);
+  for (const FieldLayout::Field& f : layout.fields) {
+    if (f.sample_bytes == 0) continue;
+    layout.fixed_bytes[f.slot] = f.sample_bytes;
+    layout.fixed_sample_bytes += f.sample_bytes;
   }
   return layout;
 }
@@ -213,9 +210,7 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
   if (scratch.members.size() < n) scratch.members.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const v1::FieldSpec& spec = layout.fields[i].spec;
-    const std::vector<std::string> extensions(spec.extensions().begin(),
-                                              spec.extensions().end());
-    members[i] = record.FindMember(extensions);
+    members[i] = record.FindMember(layout.fields[i].extensions);
     if (members[i] == nullptr) {
       if (spec.missing() == v1::MISSING_POLICY_EMPTY) continue;
       result.quiet_skip = spec.missing() == v1::MISSING_POLICY_SKIP;

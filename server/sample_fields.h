@@ -36,6 +36,8 @@ inline constexpr int64_t kMaxMemberBytes = int64_t{64} << 20;
 struct FieldLayout {
   struct Field {
     v1::FieldSpec spec;  // defaults filled in (missing, channels)
+    // spec.extensions, for SampleRecord::FindMember.
+    std::vector<std::string> extensions;
     // IMAGE and MASK: bytes per sample (all of an image field's views);
     // 0 otherwise.
     size_t sample_bytes = 0;
@@ -58,7 +60,8 @@ struct FieldLayout {
   int fixed_count = 0;
   int class_count = 0;
   int bytes_count = 0;
-  // Sum of the fixed fields' sample_bytes.
+  // The fixed fields' sample_bytes by slot (payload order), and their sum.
+  std::vector<size_t> fixed_bytes;
   size_t fixed_sample_bytes = 0;
   // Masks whose header claims more pixels are refused before decoding.
   int64_t max_image_pixels = image::kDefaultMaxImagePixels;
