@@ -19,6 +19,7 @@
 #include "tests/image/hostile_image.h"
 #include "tests/image/reference_resample.h"
 #include "tests/image/synthetic_image.h"
+#include "tests/testing/reference_image.h"
 
 namespace stoker::image {
 namespace {
@@ -27,23 +28,14 @@ using testing::MaxAbsDiff;
 using testing::Psnr;
 using testing::ReferenceResample;
 
-struct Box {
-  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
-  double width() const { return x1 - x0; }
-  double height() const { return y1 - y0; }
-};
-
 // A box of the source resized to the output, mirrored when
 // flip_horizontal: what RandomResizedCrop | RandomHorizontalFlip plans.
-struct SampleGeometry {
-  Box source;
-  int out_width = 0;
-  int out_height = 0;
-  bool flip_horizontal = false;
-};
+using ::stoker::testing::SampleGeometry;
 
-// The warp of a geometry, as the plan builder folds it.
-WarpStep WarpOf(const SampleGeometry& g) {
+// The warp of a geometry, as the plan builder folds it (the mirrored
+// offset as x0 + scale * width, not testing::WarpOf's x1, so it matches
+// the plans bit for bit).
+WarpStep FoldedWarpOf(const SampleGeometry& g) {
   WarpStep w;
   w.out_width = g.out_width;
   w.out_height = g.out_height;
@@ -67,7 +59,7 @@ SampleGeometry MakeGeometry(double x0, double y0, double x1, double y1, int w,
 
 SamplePlan PlanOf(const SampleGeometry& g) {
   SamplePlan plan;
-  plan.source_warp = WarpOf(g);
+  plan.source_warp = FoldedWarpOf(g);
   return plan;
 }
 
@@ -384,7 +376,7 @@ TEST_F(SampleProcessorTest, BadGeometryIsInvalidArgument) {
   EXPECT_TRUE(absl::IsInvalidArgument(
       processor.Process(jpeg, true, plan, out.data(), nullptr)));
   plan = PlanOf(MakeGeometry(0, 0, 100, 100, 224, 224));
-  WarpStep bad = WarpOf(MakeGeometry(0, 0, 224, 224, 0, 224));
+  WarpStep bad = FoldedWarpOf(MakeGeometry(0, 0, 224, 224, 0, 224));
   plan.steps.push_back(WarpStepOf(bad));
   EXPECT_TRUE(absl::IsInvalidArgument(
       processor.Process(jpeg, true, plan, out.data(), nullptr)));
@@ -459,15 +451,15 @@ TEST_F(SampleProcessorTest, RunsPixelAndWarpStepsInOrder) {
   crop.antialias = false;
 
   std::vector<SamplePlan> plans(3);
-  plans[0].source_warp = WarpOf(g);
+  plans[0].source_warp = FoldedWarpOf(g);
   plans[0].steps = {PixelStepOf(kInvert), WarpStepOf(rotate),
                     PixelStepOf(kAddConstant, 40), WarpStepOf(crop),
                     PixelStepOf(kAddConstant, -7)};
   // Ending in a warp, and pixel steps only.
-  plans[1].source_warp = WarpOf(g);
+  plans[1].source_warp = FoldedWarpOf(g);
   plans[1].steps = {PixelStepOf(kAddConstant, 3), WarpStepOf(rotate),
                     WarpStepOf(crop)};
-  plans[2].source_warp = WarpOf(g);
+  plans[2].source_warp = FoldedWarpOf(g);
   plans[2].steps = {PixelStepOf(kInvert), PixelStepOf(kAddConstant, 9)};
 
   Warper warper;
