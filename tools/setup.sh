@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Stoker needs to build, test and run its
-# benchmarks, if any are missing. Safe to run repeatedly; does nothing when
-# everything is there. Used by tools/demo.sh and tools/test.sh.
+# benchmarks, and the npm package s3rver, if any are missing. Safe to run
+# repeatedly; does nothing when everything is there. Used by tools/demo.sh and tools/test.sh.
 set -euo pipefail
 
 PACKAGES=(
@@ -20,10 +20,22 @@ PACKAGES=(
   # Camera photographs for the real-photo benchmark corpus
   # (tools/photo_shards.py).
   mate-backgrounds
+  # Object-storage reads: libcurl for the server; nginx (HTTP(S) range
+  # reads) and node with npm (for s3rver, below) are the real servers of the
+  # tests and the benchmark (tests/testing/object_stores.py).
+  nginx-light libcurl4-openssl-dev nodejs npm
 )
+
+# Packages that count as installed when their command is there: a nodejs
+# from NodeSource bundles npm and conflicts with Debian's npm package.
+declare -A SATISFIED_BY_COMMAND=([nodejs]=node [npm]=npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
+  if [ -n "${SATISFIED_BY_COMMAND[$p]:-}" ] &&
+    command -v "${SATISFIED_BY_COMMAND[$p]}" >/dev/null; then
+    continue
+  fi
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
     missing+=("$p")
   fi
@@ -40,4 +52,17 @@ fi
 if [ ! -d /usr/share/bazel/rules/java ]; then
   echo "setup: bazel-rules-java is installed but /usr/share/bazel/rules/java is missing" >&2
   exit 1
+fi
+
+# s3rver, the S3 server of the object-store tests, from npm (Debian has no
+# package): into $STOKER_NPM_DIR, where tests/testing/object_stores.py looks.
+S3RVER_VERSION=3.7.1
+NPM_DIR="${STOKER_NPM_DIR:-$HOME/.cache/stoker-npm}"
+if [ ! -x "$NPM_DIR/node_modules/.bin/s3rver" ] ||
+  ! grep -q "\"version\": \"$S3RVER_VERSION\"" \
+    "$NPM_DIR/node_modules/s3rver/package.json" 2>/dev/null; then
+  echo "setup: installing s3rver@$S3RVER_VERSION into $NPM_DIR" >&2
+  mkdir -p "$NPM_DIR"
+  npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error \
+    "s3rver@$S3RVER_VERSION" >/dev/null
 fi
