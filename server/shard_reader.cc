@@ -717,6 +717,67 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
   return index;
 }
 
+ShardIndex ShardIndex::FromParts(std::string path, int32_t shard_id,
+                                 int64_t file_size,
+                                 std::vector<SampleRecord> samples,
+                                 std::string truncation,
+                                 std::vector<CorruptRegion> corrupt_regions,
+                                 int64_t damaged_samples) {
+  ShardIndex index;
+  index.path_ = std::move(path);
+  index.shard_id_ = shard_id;
+  index.file_size_ = file_size;
+  index.samples_ = std::move(samples);
+  index.truncation_ = std::move(truncation);
+  index.corrupt_regions_ = std::move(corrupt_regions);
+  index.damaged_samples_ = damaged_samples;
+  for (SampleRecord& record : index.samples_) {
+    record.shard = shard_id;
+    if (!record.defect.empty()) ++index.defective_samples_;
+  }
+  for (const CorruptRegion& region : index.corrupt_regions_) {
+    index.skipped_bytes_ += region.size;
+  }
+  index.damage_ = DescribeDamage(index.corrupt_regions_, index.truncation_,
+                                 index.skipped_bytes_, index.damaged_samples_,
+                                 file_size);
+  return index;
+}
+
+namespace {
+
+// A local shard file read with pread(2), checked against the size and
+// mtime it had when indexed (see ShardReader).
+class LocalFileSource : public ByteSource {
+ public:
+  LocalFileSource(std::string path, int fd, int64_t size, absl::Time mtime)
+      : path_(std::move(path)), fd_(fd), size_(size), mtime_(mtime) {}
+  ~LocalFileSource() override { ::close(fd_); }
+
+  absl::StatusOr<int64_t> ReadAt(int64_t offset, int64_t size,
+                                 char* dst) const override {
+    return PreadFully(fd_, offset, size, dst, path_);
+  }
+
+  absl::Status CheckUnchanged() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) {
+      return ErrnoStatus(errno, "cannot stat shard", path_);
+    }
+    const std::string change = StampChange(st, size_, mtime_);
+    if (change.empty()) return absl::OkStatus();
+    return absl::DataLossError(ChangedMessage(path_, change));
+  }
+
+ private:
+  const std::string path_;
+  const int fd_;
+  const int64_t size_;
+  const absl::Time mtime_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
     const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -732,8 +793,9 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
     return absl::InvalidArgumentError(
         absl::StrCat("shard '", path, "' is not a regular file"));
   }
-  return std::unique_ptr<ShardReader>(new ShardReader(
-      path, fd, st.st_size, absl::TimeFromTimespec(st.st_mtim)));
+  return std::make_unique<ShardReader>(
+      path, std::make_unique<LocalFileSource>(
+                path, fd, st.st_size, absl::TimeFromTimespec(st.st_mtim)));
 }
 
 absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
@@ -741,9 +803,9 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
   const std::string& path = index.path();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, "cannot open shard", path);
-  // Owned by the reader from here on, so every return below closes it.
-  std::unique_ptr<ShardReader> reader(
-      new ShardReader(path, fd, index.file_size(), index.mtime()));
+  // Owned by the source from here on, so every return below closes it.
+  auto source = std::make_unique<LocalFileSource>(path, fd, index.file_size(),
+                                                  index.mtime());
   struct stat st;
   if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
   const std::string change = StampChange(st, index.file_size(), index.mtime(),
@@ -751,17 +813,26 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
   if (!change.empty()) {
     return absl::DataLossError(ChangedMessage(path, change));
   }
-  return reader;
+  return std::make_unique<ShardReader>(path, std::move(source));
 }
 
-ShardReader::~ShardReader() { ::close(fd_); }
-
 absl::Status ShardReader::ReadFully(const SampleRecord& record, int64_t offset,
-                                    int64_t size, char* dst) const {
-  absl::StatusOr<int64_t> n = PreadFully(fd_, offset, size, dst, path_);
+                                    int64_t size, char* dst,
+                                    const RangeLookaside* lookaside) const {
+  absl::Status fetched;
+  if (lookaside != nullptr &&
+      lookaside->Copy(record.shard, offset, size, dst, &fetched)) {
+    if (fetched.ok()) return fetched;
+    return absl::DataLossError(absl::StrCat("sample '", record.key,
+                                            "': ", fetched.message()));
+  }
+  absl::StatusOr<int64_t> n = source_->ReadAt(offset, size, dst);
   if (!n.ok()) {
+    // A read from storage that failed for good makes a bad sample.
     return absl::Status(
-        n.status().code(),
+        n.status().code() == absl::StatusCode::kUnavailable
+            ? absl::StatusCode::kDataLoss
+            : n.status().code(),
         absl::StrCat("sample '", record.key, "': ", n.status().message()));
   }
   if (*n < size) {
@@ -774,26 +845,21 @@ absl::Status ShardReader::ReadFully(const SampleRecord& record, int64_t offset,
 }
 
 absl::Status ShardReader::CheckUnchanged(const SampleRecord& record) const {
-  struct stat st;
-  if (::fstat(fd_, &st) != 0) {
-    return ErrnoStatus(
-        errno, absl::StrCat("sample '", record.key, "': cannot stat shard"),
-        path_);
-  }
-  const std::string change = StampChange(st, size_, mtime_);
-  if (change.empty()) return absl::OkStatus();
-  return absl::DataLossError(absl::StrCat(
-      "sample '", record.key, "': ", ChangedMessage(path_, change)));
+  const absl::Status status = source_->CheckUnchanged();
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("sample '", record.key,
+                                                  "': ", status.message()));
 }
 
 absl::Status ShardReader::ReadSample(const SampleRecord& record,
-                                     std::string* image_bytes,
-                                     int32_t* label) const {
+                                     std::string* image_bytes, int32_t* label,
+                                     const RangeLookaside* lookaside) const {
   if (!record.defect.empty()) {
     return absl::DataLossError(absl::StrCat(
         "sample '", record.key, "' in shard '", path_, "': ", record.defect));
   }
-  const absl::Status status = ReadUnchecked(record, image_bytes, label);
+  const absl::Status status =
+      ReadUnchecked(record, image_bytes, label, lookaside);
   // Checked after reading: a change that happened during the read shows
   // here, and its message beats a short read or a garbled label.
   const absl::Status unchanged = CheckUnchanged(record);
@@ -802,7 +868,8 @@ absl::Status ShardReader::ReadSample(const SampleRecord& record,
 
 absl::Status ShardReader::ReadMembers(
     const SampleRecord& record, const std::vector<const MemberRef*>& members,
-    const std::vector<std::string*>& outs) const {
+    const std::vector<std::string*>& outs,
+    const RangeLookaside* lookaside) const {
   if (!record.damage.empty()) {
     return absl::DataLossError(absl::StrCat(
         "sample '", record.key, "' in shard '", path_, "': ", record.damage));
@@ -814,7 +881,7 @@ absl::Status ShardReader::ReadMembers(
   for (size_t i = 0; i < members.size() && status.ok(); ++i) {
     outs[i]->resize(members[i]->size);
     status = ReadFully(record, members[i]->offset, members[i]->size,
-                       outs[i]->data());
+                       outs[i]->data(), lookaside);
   }
   const absl::Status unchanged = CheckUnchanged(record);
   return unchanged.ok() ? status : unchanged;
@@ -830,9 +897,9 @@ const MemberRef* SampleRecord::FindMember(
   return nullptr;
 }
 
-absl::Status ShardReader::ReadUnchecked(const SampleRecord& record,
-                                        std::string* image_bytes,
-                                        int32_t* label) const {
+absl::Status ShardReader::ReadUnchecked(
+    const SampleRecord& record, std::string* image_bytes, int32_t* label,
+    const RangeLookaside* lookaside) const {
   auto data_loss = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("sample '", record.key,
                                             "' in shard '", path_, "': ", why));
@@ -862,7 +929,7 @@ absl::Status ShardReader::ReadUnchecked(const SampleRecord& record,
     const int64_t end = std::max(image_end, label_end);
     image_bytes->resize(end - start);
     absl::Status status =
-        ReadFully(record, start, end - start, image_bytes->data());
+        ReadFully(record, start, end - start, image_bytes->data(), lookaside);
     if (!status.ok()) return status;
     // Copy the label out before the image is moved to the front.
     std::memcpy(label_buffer,
@@ -873,12 +940,13 @@ absl::Status ShardReader::ReadUnchecked(const SampleRecord& record,
     image_bytes->resize(record.image_size);
   } else {
     absl::Status status =
-        ReadFully(record, record.label_offset, record.label_size, label_buffer);
+        ReadFully(record, record.label_offset, record.label_size, label_buffer,
+                  lookaside);
     if (!status.ok()) return status;
     label_text = label_buffer;
     image_bytes->resize(record.image_size);
     status = ReadFully(record, record.image_offset, record.image_size,
-                       image_bytes->data());
+                       image_bytes->data(), lookaside);
     if (!status.ok()) return status;
   }
 

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -168,6 +169,18 @@ class ShardIndex {
   static absl::StatusOr<ShardIndex> Build(const std::string& path,
                                           int32_t shard_id);
 
+  // An index from the parts Build found, read back from an index file
+  // (server/shard_index_file.h) for the shard named `path` (a path or URL):
+  // every record's `shard` is set to `shard_id`, and the counters and the
+  // damage text are derived as Build derives them. mtime, device and inode
+  // are zero. The caller checks the parts.
+  static ShardIndex FromParts(std::string path, int32_t shard_id,
+                              int64_t file_size,
+                              std::vector<SampleRecord> samples,
+                              std::string truncation,
+                              std::vector<CorruptRegion> corrupt_regions,
+                              int64_t damaged_samples);
+
   const std::string& path() const { return path_; }
   int32_t shard_id() const { return shard_id_; }
   // Size of the shard file in bytes when it was indexed.
@@ -226,27 +239,58 @@ class ShardIndex {
   std::string damage_;
 };
 
-// Reads sample data from one shard file. The file is opened once and read
-// with pread(2), so there is no shared file position: all methods are const
-// and safe to call from many threads at once. Not copyable or movable; owns
-// the file descriptor and closes it on destruction.
+// Where a shard's bytes come from: a local file or an object in storage.
+// Implementations are thread-safe.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Reads up to `size` bytes at `offset` into `dst`; returns how many were
+  // read (fewer only at the end of the data). Errors name the source.
+  virtual absl::StatusOr<int64_t> ReadAt(int64_t offset, int64_t size,
+                                         char* dst) const = 0;
+  // OK while the source still holds the data that was indexed; DataLoss
+  // saying what changed otherwise. Sources that check the version on every
+  // read (object storage's If-Match) return OK.
+  virtual absl::Status CheckUnchanged() const = 0;
+};
+
+// Bytes of shards held by someone else (a stream's prefetched ranges; see
+// server/prefetcher.h), looked at before the shard's ByteSource.
+class RangeLookaside {
+ public:
+  virtual ~RangeLookaside() = default;
+  // If bytes [offset, offset + size) of shard `shard` (the dataset's shard
+  // number) are held or being fetched, waits for them, copies them into
+  // `dst` and returns true, with `*status` the fetch's result (its error if
+  // it failed for good). False if they are not held: read them from the
+  // source.
+  virtual bool Copy(int32_t shard, int64_t offset, int64_t size, char* dst,
+                    absl::Status* status) const = 0;
+};
+
+// Reads sample data from one shard through a ByteSource: a local file read
+// with pread(2) (no shared file position), or an object in storage. All
+// methods are const and safe to call from many threads at once. Not
+// copyable or movable; owns the source (a file descriptor is closed on
+// destruction).
 //
-// Changed shards. The reader remembers the file's size and mtime (from the
-// index, or from open time) and checks them with fstat(2) on its descriptor
-// after every read; once either differs, every ReadSample fails with
-// DataLoss ("shard <path> changed since it was indexed ...; restart the
-// server to re-index"), so bytes written over a shard in place are never
-// served under the old index's keys. A shard replaced by rename(2) is a new
-// inode: the reader keeps reading the old one through its descriptor, which
-// stays consistent with the index, so it keeps serving the indexed data.
-// A change that keeps both size and mtime is not detected: one that resets
-// the mtime (utimensat, touch -r), or a same-size rewrite within the file
-// system's timestamp granularity of the indexing. The check costs one
-// fstat(2) per ReadSample.
+// Changed shards. A local file's size and mtime (from the index, or from
+// open time) are checked with fstat(2) on its descriptor after every read;
+// once either differs, every ReadSample fails with DataLoss ("shard <path>
+// changed since it was indexed ...; restart the server to re-index"), so
+// bytes written over a shard in place are never served under the old
+// index's keys. A shard replaced by rename(2) is a new inode: the reader
+// keeps reading the old one through its descriptor, which stays consistent
+// with the index, so it keeps serving the indexed data. A change that keeps
+// both size and mtime is not detected: one that resets the mtime
+// (utimensat, touch -r), or a same-size rewrite within the file system's
+// timestamp granularity of the indexing. The check costs one fstat(2) per
+// ReadSample. Objects in storage are checked by the store on every request
+// (server/storage/object_store.h).
 class ShardReader {
  public:
   // When a sample's image and label members are separated by fewer than this
-  // many bytes, ReadSample reads both with one pread of the covering span.
+  // many bytes, ReadSample reads both with one read of the covering span.
   static constexpr int64_t kMaxCoalesceGap = 64 * 1024;
 
   // Opens `path` read-only; the file's size and mtime at open time are the
@@ -263,26 +307,33 @@ class ShardReader {
   static absl::StatusOr<std::unique_ptr<ShardReader>> Open(
       const ShardIndex& index);
 
-  ~ShardReader();
+  // A reader over any source; `name` (a path or URL) is used in messages.
+  ShardReader(std::string name, std::unique_ptr<ByteSource> source)
+      : path_(std::move(name)), source_(std::move(source)) {}
+
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
 
   const std::string& path() const { return path_; }
+  const ByteSource& source() const { return *source_; }
 
   // Reads the sample described by `record` (which must come from an index of
   // this same file): the image member's bytes into `*image_bytes` (resized
   // to exactly the member; existing capacity is reused, so a caller that
   // keeps one string per worker allocates nothing in steady state) and the
-  // parsed label into `*label`. Both outputs must be non-null.
+  // parsed label into `*label`. Both outputs must be non-null. Bytes that
+  // `lookaside` (may be null) holds are taken from it.
   //
   // Errors (all DataLoss, the message names the key and the shard path):
   //   the record has a defect; the shard changed since it was indexed (see
   //   above); the file is shorter than the record says (short read); the
   //   label is not decimal integer text in [0, INT32_MAX] after trimming
-  //   ASCII whitespace. Other errno-mapped codes for pread/fstat failures.
-  //   On error the outputs are unspecified.
+  //   ASCII whitespace; a read from object storage that failed for good
+  //   (its URL and HTTP status in the message). Other errno-mapped codes
+  //   for pread/fstat failures. On error the outputs are unspecified.
   absl::Status ReadSample(const SampleRecord& record, std::string* image_bytes,
-                          int32_t* label) const;
+                          int32_t* label,
+                          const RangeLookaside* lookaside = nullptr) const;
 
   // Reads members of `record` (pointers into record.members) into `outs`
   // (one string per member, capacity reused). Errors as ReadSample, except
@@ -290,26 +341,24 @@ class ShardReader {
   // sample.
   absl::Status ReadMembers(const SampleRecord& record,
                            const std::vector<const MemberRef*>& members,
-                           const std::vector<std::string*>& outs) const;
+                           const std::vector<std::string*>& outs,
+                           const RangeLookaside* lookaside = nullptr) const;
 
  private:
-  ShardReader(std::string path, int fd, int64_t size, absl::Time mtime)
-      : path_(std::move(path)), fd_(fd), size_(size), mtime_(mtime) {}
-
-  // Reads the sample without checking the file's stamp.
+  // Reads the sample without checking the source's stamp.
   absl::Status ReadUnchecked(const SampleRecord& record,
-                             std::string* image_bytes, int32_t* label) const;
-  // DataLoss if the file's size or mtime differ from size_ and mtime_.
+                             std::string* image_bytes, int32_t* label,
+                             const RangeLookaside* lookaside) const;
+  // DataLoss naming the sample if the source changed.
   absl::Status CheckUnchanged(const SampleRecord& record) const;
-  // Reads exactly `size` bytes at `offset` into `dst`; DataLoss on EOF.
+  // Reads exactly `size` bytes at `offset` into `dst`; DataLoss on EOF or
+  // a failed read from storage.
   absl::Status ReadFully(const SampleRecord& record, int64_t offset,
-                         int64_t size, char* dst) const;
+                         int64_t size, char* dst,
+                         const RangeLookaside* lookaside) const;
 
   const std::string path_;
-  const int fd_;
-  // Size and mtime of the file as indexed.
-  const int64_t size_;
-  const absl::Time mtime_;
+  const std::unique_ptr<ByteSource> source_;
 };
 
 // Parses label member text: ASCII whitespace is trimmed, the rest must be a

@@ -1,0 +1,96 @@
+// stoker_index: writes the sidecar index of WebDataset shards, so that a
+// server reading them from object storage needs neither to download each
+// shard once to index it nor to keep an index cache.
+//
+//   stoker_index /data/train-000000.tar ...   # writes train-000000.tar.idx
+//   stoker_index --out_dir=/tmp/idx /data/*.tar
+//
+// Upload each "<shard>.idx" next to its shard (same URL plus ".idx"). The
+// server checks that a sidecar matches its shard (size and first block)
+// and falls back to indexing the shard itself if not.
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "common/command_line.h"
+#include "server/shard_index_file.h"
+#include "server/shard_reader.h"
+
+ABSL_FLAG(std::string, out_dir, "",
+          "Write the indexes here instead of beside the shards.");
+
+namespace {
+
+using stoker::server::ShardIndex;
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Indexes one shard and writes its sidecar; false (after printing why) on
+// failure.
+bool IndexShard(const std::string& path, const std::string& out_dir) {
+  absl::StatusOr<ShardIndex> index = ShardIndex::Build(path, 0);
+  if (!index.ok()) {
+    std::fprintf(stderr, "stoker_index: %s: %s\n", path.c_str(),
+                 std::string(index.status().message()).c_str());
+    return false;
+  }
+  std::string first(512, '\0');
+  {
+    std::ifstream in(path, std::ios::binary);
+    in.read(first.data(), static_cast<std::streamsize>(first.size()));
+    first.resize(static_cast<size_t>(in.gcount()));
+  }
+  const std::string encoded = stoker::server::EncodeShardIndex(
+      *index, stoker::server::FirstBlockFnv(first));
+  const std::string out =
+      (out_dir.empty() ? path : absl::StrCat(out_dir, "/", BaseName(path))) +
+      stoker::server::kIndexSuffix;
+  const std::string temp = out + ".tmp";
+  {
+    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
+    file.write(encoded.data(), static_cast<std::streamsize>(encoded.size()));
+    if (!file) {
+      std::fprintf(stderr, "stoker_index: cannot write %s\n", temp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(temp.c_str(), out.c_str()) != 0) {
+    std::perror(("stoker_index: rename to " + out).c_str());
+    return false;
+  }
+  std::printf("%s: %zu samples (%lld defective)%s -> %s (%zu bytes)\n",
+              path.c_str(), index->samples().size(),
+              static_cast<long long>(index->defective_samples()),
+              index->damaged() ? absl::StrCat("; damaged: ", index->damage()).c_str()
+                               : "",
+              out.c_str(), encoded.size());
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  stoker::common::SetUsage(
+      "Writes the sidecar index <shard>.idx of WebDataset shards for serving "
+      "them from object storage.\n"
+      "Usage: stoker_index [--out_dir=DIR] SHARD.tar...");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() < 2) {
+    std::fprintf(stderr, "stoker_index: name at least one shard\n");
+    return 2;
+  }
+  const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
+  int failed = 0;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (!IndexShard(args[i], out_dir)) ++failed;
+  }
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,60 @@
+#ifndef STOKER_SERVER_SHARD_INDEX_FILE_H_
+#define STOKER_SERVER_SHARD_INDEX_FILE_H_
+
+// Shard indexes on disk and in object storage: the sidecar "<shard>.idx"
+// that stoker_index writes beside a shard (so a server need not read a
+// remote shard whole to index it), and the entries of the server's local
+// index cache. Format: proto/shard_index.proto (binary), version 1.
+//
+// A decoded index is as trustworthy as the shard: DecodeShardIndex checks
+// every offset and size against the shard's size before any of it is used,
+// so a corrupt or hostile file is refused (DataLoss), never served.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/shard_reader.h"
+
+namespace stoker::server {
+
+// Index files larger than this are refused before they are read.
+inline constexpr int64_t kMaxIndexFileBytes = 256 << 20;
+// The sidecar of shard "x.tar" is "x.tar" + kIndexSuffix.
+inline constexpr char kIndexSuffix[] = ".idx";
+
+// FNV-1a 64 of a shard's first 512 bytes (fewer if it is shorter).
+uint64_t FirstBlockFnv(absl::string_view first_bytes);
+
+struct IndexFileSource {
+  // The object's URL and version tag (ObjectInfo::VersionTag), for cache
+  // entries; empty for sidecars.
+  std::string url;
+  std::string version;
+};
+
+// Serializes `index`; `first_block_fnv` is FirstBlockFnv of the shard.
+std::string EncodeShardIndex(const ShardIndex& index, uint64_t first_block_fnv,
+                             const IndexFileSource& source = {});
+
+struct DecodedIndex {
+  ShardIndex index;
+  uint64_t first_block_fnv = 0;
+  IndexFileSource source;
+};
+
+// Parses an index file for the shard named `path` (a path or URL), which
+// is `shard_size` bytes. DataLoss (the message says what is wrong) for a
+// file that does not parse, has another version, is for a shard of
+// another size, or whose records point outside the shard or overlap
+// impossibly (negative sizes, members past the end).
+absl::StatusOr<DecodedIndex> DecodeShardIndex(absl::string_view bytes,
+                                              const std::string& path,
+                                              int32_t shard_id,
+                                              int64_t shard_size);
+
+}  // namespace stoker::server
+
+#endif  // STOKER_SERVER_SHARD_INDEX_FILE_H_
