@@ -132,9 +132,46 @@ BatchStream::BatchStream(BatchStreamSetup setup,
                               setup_.out_width * 3),
       queue_(setup_.pool->NewQueue(setup_.job)),
       on_ready_(std::move(on_ready)),
-      next_to_schedule_(setup_.start_batch) {}
+      next_to_schedule_(setup_.start_batch),
+      next_to_prefetch_(setup_.start_batch) {
+  if (setup_.io_pool != nullptr && setup_.dataset->remote()) {
+    prefetcher_ = Prefetcher::Create(setup_.dataset, setup_.io_pool,
+                                     setup_.job, setup_.budget,
+                                     setup_.disk_cache,
+                                     setup_.prefetch_counters, options_.prefetch);
+  }
+}
 
-BatchStream::~BatchStream() { queue_->Close(); }
+BatchStream::~BatchStream() {
+  queue_->Close();
+  if (prefetcher_ != nullptr) prefetcher_->Cancel();
+}
+
+void BatchStream::PrefetchLocked() {
+  if (prefetcher_ == nullptr || cancelled_.load()) return;
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> group;
+  int64_t group_bytes = 0;
+  int64_t held = prefetcher_->held_bytes();
+  auto flush = [&] {
+    if (group.empty()) return;
+    prefetcher_->Plan(group);
+    held += group_bytes;
+    group.clear();
+    group_bytes = 0;
+  };
+  while (next_to_prefetch_ < setup_.end_batch) {
+    const bool needed_now = next_to_prefetch_ < next_to_schedule_;
+    if (!needed_now && held + group_bytes >= options_.prefetch_bytes) break;
+    std::vector<int64_t> samples;
+    setup_.plan->BatchSamples(next_to_prefetch_, &samples);
+    group_bytes += prefetcher_->SpanBytes(samples);
+    group.emplace_back(next_to_prefetch_++, std::move(samples));
+    // Planned in groups of about half the window, so neighbouring samples
+    // of several batches share requests.
+    if (group_bytes >= options_.prefetch_bytes / 2) flush();
+  }
+  flush();
+}
 
 void BatchStream::ScheduleLocked() {
   while (!cancelled_.load() && !draining_ && error_.ok() && memory_ticket_ == 0 &&
@@ -181,6 +218,7 @@ void BatchStream::ScheduleLocked() {
     batch->scheduled_ns = common::SteadyNowNs();
     Pending* raw = batch.get();
     inflight_.push_back(std::move(batch));
+    PrefetchLocked();
     for (int slot = 0; slot < n; ++slot) {
       // Tasks hold a strong reference so the stream outlives running work.
       queue_->Push([self = shared_from_this(), raw, slot](WorkerContext* c) {
@@ -218,7 +256,7 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
   } else {
     int64_t t0 = common::SteadyNowNs();
     status = setup_.dataset->Read(sample, &worker->image_bytes,
-                                  &batch->labels[slot]);
+                                  &batch->labels[slot], prefetcher_.get());
     int64_t t1 = common::SteadyNowNs();
     batch->read_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
     if (status.ok()) {
@@ -272,7 +310,8 @@ absl::Status BatchStream::RunFieldSample(SampleWorker* worker, Pending* batch,
   }
   const FieldSampleResult result = server::RunFieldSample(
       layout, *setup_.dataset, batch->samples[slot], setup_.seed,
-      setup_.epoch, worker->processor, worker->fields, targets);
+      setup_.epoch, worker->processor, worker->fields, targets,
+      prefetcher_.get());
   batch->read_ns.fetch_add(result.read_ns, std::memory_order_relaxed);
   batch->decode_ns.fetch_add(result.timings.decode_ns,
                              std::memory_order_relaxed);
@@ -308,6 +347,7 @@ void BatchStream::CompactPayload(Pending* batch, const std::vector<int>& keep) {
 
 void BatchStream::FinishBatch(Pending* batch) {
   batch->done_ns = common::SteadyNowNs();
+  if (prefetcher_ != nullptr) prefetcher_->Release(batch->index);
   // Compact away skipped samples so the payload has no holes.
   const int n = static_cast<int>(batch->samples.size());
   std::vector<v1::SkippedSample> skipped;
@@ -535,6 +575,7 @@ void BatchStream::Cancel() {
     }
   }
   queue_->Close();
+  if (prefetcher_ != nullptr) prefetcher_->Cancel();
 }
 
 }  // namespace stoker::server

@@ -38,6 +38,7 @@
 #include "proto/stoker.pb.h"
 #include "server/dataset.h"
 #include "server/memory_budget.h"
+#include "server/prefetcher.h"
 #include "server/sample_fields.h"
 #include "server/worker_pool.h"
 
@@ -69,6 +70,11 @@ class PixelMappingCache;
 struct BatchStreamOptions {
   // Batches being assembled or ready but not yet taken. Default 2; >= 1.
   int max_inflight_batches = 2;
+  // Datasets in object storage: bytes of the next batches' samples fetched
+  // ahead (server/prefetcher.h). Batches the stream is assembling are
+  // always planned, even past this.
+  int64_t prefetch_bytes = 64 << 20;
+  PrefetchOptions prefetch;
 };
 
 // Everything a stream needs; the caller (DataService) validated it.
@@ -99,6 +105,12 @@ struct BatchStreamSetup {
   // Called with every sample the stream skips (for server-wide counters and
   // logging). May be empty.
   std::function<void(const v1::SkippedSample&)> on_skipped;
+  // Datasets in object storage: the I/O pool whose threads fetch ahead
+  // (null: no prefetching), the disk cache (may be null) and the
+  // server-wide prefetch counters (may be null).
+  WorkerPool* io_pool = nullptr;
+  storage::DiskCache* disk_cache = nullptr;
+  std::shared_ptr<PrefetchCounters> prefetch_counters;
 };
 
 // Mappings of finished batches kept for the next batches of the same size,
@@ -227,11 +239,16 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   void DescribeFields(Pending* batch, ReadyBatch* ready);
   void FinishBatch(Pending* batch);
   void Notify();
+  // Plans the fetches of the batches after those planned, up to
+  // options_.prefetch_bytes ahead.
+  void PrefetchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const BatchStreamSetup setup_;
   const BatchStreamOptions options_;
   const size_t sample_bytes_;
   std::unique_ptr<TaskQueue> queue_;
+  // Null unless the dataset is in object storage and an I/O pool is set.
+  std::shared_ptr<Prefetcher> prefetcher_;
   std::atomic<bool> cancelled_{false};
 
   absl::Mutex mu_;
@@ -241,6 +258,8 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   // the stream's to read).
   std::set<const Pending*> complete_ ABSL_GUARDED_BY(mu_);
   int64_t next_to_schedule_ ABSL_GUARDED_BY(mu_);
+  // The first batch not yet planned by the prefetcher.
+  int64_t next_to_prefetch_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

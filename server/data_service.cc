@@ -83,11 +83,41 @@ DataService::DataService(const DataServiceOptions& options,
       options.worker_threads, [processor, budget = budget_] {
         return std::make_unique<SampleWorker>(processor, budget);
       });
+  bool remote = false;
+  for (const auto& [name, dataset] : datasets_) remote = remote || dataset->remote();
+  if (remote && options.io_threads > 0) {
+    io_pool_ = std::make_unique<WorkerPool>(
+        options.io_threads, [] { return std::make_unique<WorkerContext>(); });
+  }
 }
 
 DataService::~DataService() { Stop(); }
 
-void DataService::Stop() { pool_->Stop(); }
+void DataService::Stop() {
+  pool_->Stop();
+  if (io_pool_ != nullptr) io_pool_->Stop();
+}
+
+v1::StorageStats DataService::storage_stats() const {
+  v1::StorageStats s;
+  if (options_.store != nullptr) {
+    const storage::HttpStats http = options_.store->stats();
+    s.set_requests(http.requests);
+    s.set_retries(http.retries);
+    s.set_failed_requests(http.failures);
+    s.set_bytes(http.bytes);
+  }
+  s.set_prefetch_ranges(prefetch_counters_->ranges.load());
+  s.set_prefetch_bytes(prefetch_counters_->bytes.load());
+  if (options_.disk_cache != nullptr) {
+    const storage::DiskCacheStats cache = options_.disk_cache->stats();
+    s.set_cache_hits(cache.hits);
+    s.set_cache_misses(cache.misses);
+    s.set_cache_bytes(cache.bytes);
+    s.set_cache_evictions(cache.evictions);
+  }
+  return s;
+}
 
 absl::StatusOr<const Dataset*> DataService::FindDataset(
     const std::string& name) const {
@@ -110,13 +140,17 @@ absl::StatusOr<v1::GetDatasetInfoResponse> DataService::GetDatasetInfo(
   response.set_shard_count((*dataset)->shard_count());
   response.set_fingerprint((*dataset)->fingerprint());
   response.set_total_bytes((*dataset)->total_bytes());
+  if ((*dataset)->remote()) *response.mutable_storage() = storage_stats();
   return response;
 }
 
 std::shared_ptr<const std::vector<int64_t>> DataService::GlobalOrder(
-    const Dataset& dataset, uint64_t seed, int64_t epoch, bool shuffle) {
+    const Dataset& dataset, uint64_t seed, int64_t epoch, bool shuffle,
+    int64_t shuffle_window) {
+  if (!shuffle) shuffle_window = 0;
   const std::string key = absl::StrCat(dataset.name(), "/", seed, "/", epoch,
-                                       "/", shuffle ? 1 : 0);
+                                       "/", shuffle ? 1 : 0, "/",
+                                       shuffle_window);
   {
     absl::MutexLock lock(&cache_mu_);
     for (auto it = order_cache_.begin(); it != order_cache_.end(); ++it) {
@@ -127,9 +161,20 @@ std::shared_ptr<const std::vector<int64_t>> DataService::GlobalOrder(
     }
   }
   // Computed outside the lock: a shuffle of a large dataset takes a while.
-  auto order = std::make_shared<const std::vector<int64_t>>(
-      common::EpochPlan::GlobalOrder(dataset.sample_count(), seed, epoch,
-                                     shuffle));
+  std::vector<int64_t> computed;
+  if (shuffle_window > 0) {
+    std::vector<int64_t> shard_sizes(dataset.shard_count());
+    for (int32_t s = 0; s < dataset.shard_count(); ++s) {
+      shard_sizes[s] =
+          static_cast<int64_t>(dataset.shard_index(s).samples().size());
+    }
+    computed = common::EpochPlan::BlockOrder(shard_sizes, seed, epoch,
+                                             shuffle_window);
+  } else {
+    computed = common::EpochPlan::GlobalOrder(dataset.sample_count(), seed,
+                                              epoch, shuffle);
+  }
+  auto order = std::make_shared<const std::vector<int64_t>>(std::move(computed));
   absl::MutexLock lock(&cache_mu_);
   order_cache_.emplace_front(key, order);
   while (static_cast<int>(order_cache_.size()) >
@@ -187,6 +232,10 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   params.batch_size = spec.batch_size();
   params.shuffle = spec.shuffle();
   params.drop_last = spec.drop_last();
+  if (spec.shuffle_window() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shuffle_window must be >= 0, got ", spec.shuffle_window()));
+  }
   // The cheap checks come before computing (or fetching) an epoch order.
   if (absl::Status s = common::ValidateBatching(
           spec.batch_size(), spec.rank(), spec.world_size());
@@ -223,7 +272,8 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   }
   absl::StatusOr<common::EpochPlan> plan = common::EpochPlan::Create(
       params,
-      GlobalOrder(dataset, spec.seed(), spec.epoch(), spec.shuffle()));
+      GlobalOrder(dataset, spec.seed(), spec.epoch(), spec.shuffle(),
+                  spec.shuffle_window()));
   if (!plan.ok()) return plan.status();
 
   const int64_t num_batches = plan->num_batches();
@@ -257,6 +307,9 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   BatchStreamSetup setup;
   setup.dataset = &dataset;
   setup.pool = pool_.get();
+  setup.io_pool = io_pool_.get();
+  setup.disk_cache = options_.disk_cache;
+  setup.prefetch_counters = prefetch_counters_;
   setup.budget = budget_;
   setup.mappings = mappings_;
   setup.plan = *std::move(plan);

@@ -28,6 +28,9 @@
 #include "server/dataset.h"
 #include "server/memory_budget.h"
 #include "image/sample_processor.h"
+#include "server/prefetcher.h"
+#include "server/storage/disk_cache.h"
+#include "server/storage/object_store.h"
 #include "server/worker_pool.h"
 
 namespace stoker::server {
@@ -54,6 +57,13 @@ struct DataServiceOptions {
   image::SampleProcessorOptions processor;
   // Epoch orders kept for reuse (one per dataset/seed/epoch/shuffle).
   int plan_cache_entries = 8;
+  // Datasets in object storage: the store they were opened with (for
+  // statistics; not owned, outlives the service), threads that fetch ahead
+  // for the streams (server/prefetcher.h; 0: no prefetching), and the local
+  // disk cache (not owned; may be null).
+  const storage::ObjectStore* store = nullptr;
+  int io_threads = 32;
+  storage::DiskCache* disk_cache = nullptr;
 };
 
 // Counters since start, for logs and tests.
@@ -73,8 +83,14 @@ class DataService {
       std::vector<std::unique_ptr<Dataset>> datasets);
   ~DataService();
 
+  // For a dataset in object storage the answer carries the server's
+  // storage statistics.
   absl::StatusOr<v1::GetDatasetInfoResponse> GetDatasetInfo(
       const v1::GetDatasetInfoRequest& request) const;
+
+  // The server's reads from object storage since start (all zero without
+  // a store).
+  v1::StorageStats storage_stats() const;
 
   // Validates the request and starts producing its batches. Errors:
   // NOT_FOUND (dataset), FAILED_PRECONDITION (fingerprint), INVALID_ARGUMENT
@@ -104,8 +120,11 @@ class DataService {
   DataService(const DataServiceOptions& options,
               std::vector<std::unique_ptr<Dataset>> datasets);
   absl::StatusOr<const Dataset*> FindDataset(const std::string& name) const;
+  // The epoch's order (EpochPlan::GlobalOrder, or BlockOrder when
+  // `shuffle_window` > 0 and `shuffle`), from the cache when it has it.
   std::shared_ptr<const std::vector<int64_t>> GlobalOrder(
-      const Dataset& dataset, uint64_t seed, int64_t epoch, bool shuffle);
+      const Dataset& dataset, uint64_t seed, int64_t epoch, bool shuffle,
+      int64_t shuffle_window);
 
   const DataServiceOptions options_;
   const std::map<std::string, std::unique_ptr<Dataset>> datasets_;
@@ -134,6 +153,11 @@ class DataService {
   std::list<std::pair<std::string, std::shared_ptr<const std::vector<int64_t>>>>
       order_cache_ ABSL_GUARDED_BY(cache_mu_);
 
+  const std::shared_ptr<PrefetchCounters> prefetch_counters_ =
+      std::make_shared<PrefetchCounters>();
+
+  // Threads that fetch ahead; null without datasets in object storage.
+  std::unique_ptr<WorkerPool> io_pool_;
   // Last member: destroyed (and joined) first.
   std::unique_ptr<WorkerPool> pool_;
 };

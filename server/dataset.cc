@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
+#include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -15,12 +18,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "server/storage/url.h"
 #include "spdlog/spdlog.h"
 
 namespace stoker::server {
 namespace {
-
-constexpr uint64_t kFnv64Prime = 0x100000001b3ULL;
 
 uint64_t HashU64(uint64_t value, uint64_t hash) {
   unsigned char bytes[8];
@@ -91,20 +93,15 @@ absl::Status CheckShardFile(const std::string& path) {
 
 }  // namespace
 
-uint64_t Fnv1a64(const void* data, size_t size, uint64_t hash) {
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    hash ^= bytes[i];
-    hash *= kFnv64Prime;
-  }
-  return hash;
-}
-
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
-    const std::string& name, const std::string& glob) {
+    const std::string& name, const std::string& glob,
+    const DatasetOptions& options) {
   if (glob.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset '", name, "': empty shard glob"));
+  }
+  if (storage::SchemeOf(glob) != storage::Scheme::kLocal) {
+    return OpenRemote(name, glob, options);
   }
   absl::StatusOr<std::vector<std::string>> paths = ExpandGlob(name, glob);
   if (!paths.ok()) return paths.status();
@@ -159,6 +156,113 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
     shards.push_back(Shard{*std::move(index), *std::move(reader), 0});
   }
 
+  return Finish(name, glob, std::move(shards), std::move(left_out),
+                shard_names, first_failure, /*remote=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
+    const std::string& name, const std::string& pattern,
+    const DatasetOptions& options) {
+  if (options.store == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset '", name, "': '", pattern,
+        "' is in object storage, which this server was not set up to read"));
+  }
+  absl::StatusOr<storage::Listing> listing = options.store->List(pattern);
+  if (!listing.ok()) {
+    return absl::Status(listing.status().code(),
+                        absl::StrCat("dataset '", name, "': ",
+                                     listing.status().message()));
+  }
+  std::vector<LeftOut> left_out;
+  absl::Status first_failure;
+  int64_t shard_names = 0;
+  auto leave_out = [&](const std::string& url, const absl::Status& why) {
+    std::string reason(why.message());
+    spdlog::warn("dataset '{}': leaving out '{}': {}", name, url, reason);
+    left_out.push_back(LeftOut{url, std::move(reason)});
+    if (HasShardName(url) && first_failure.ok()) first_failure = why;
+  };
+  for (const storage::ListedFailure& failure : listing->failures) {
+    ++shard_names;
+    leave_out(failure.url, failure.status);
+  }
+  std::vector<const storage::ObjectInfo*> objects;
+  for (const storage::ObjectInfo& object : listing->objects) {
+    if (!HasShardName(object.url)) {
+      leave_out(object.url,
+                absl::InvalidArgumentError("name does not end in .tar"));
+      continue;
+    }
+    ++shard_names;
+    objects.push_back(&object);
+  }
+  if (objects.size() >=
+      static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", name, "': too many shards"));
+  }
+
+  // Index in parallel: each object costs a few round trips at least.
+  constexpr size_t kMaxParallel = 16;
+  std::vector<std::optional<absl::StatusOr<RemoteIndex>>> indexes(
+      objects.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < objects.size(); i = next++) {
+      // Provisional shard numbers; renumbered below without the failures.
+      indexes[i] = IndexRemoteShard(*options.store, *objects[i],
+                                    static_cast<int32_t>(i), options.index);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min(objects.size(), kMaxParallel); ++t) {
+    threads.emplace_back(work);
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+
+  std::vector<Shard> shards;
+  int origins[3] = {0, 0, 0};
+  for (size_t i = 0; i < objects.size(); ++i) {
+    absl::StatusOr<RemoteIndex>& result = *indexes[i];
+    if (!result.ok()) {
+      leave_out(objects[i]->url, result.status());
+      continue;
+    }
+    ++origins[static_cast<int>(result->origin)];
+    const int32_t id = static_cast<int32_t>(shards.size());
+    const ShardIndex& built = result->index;
+    std::vector<SampleRecord> samples = built.samples();
+    ShardIndex index = ShardIndex::FromParts(
+        built.path(), id, built.file_size(), std::move(samples),
+        built.truncation(), built.corrupt_regions(), built.damaged_samples());
+    if (index.damaged()) {
+      spdlog::warn(
+          "dataset '{}': shard '{}' is damaged: {}; {} of its {} samples "
+          "are readable",
+          name, objects[i]->url, index.damage(),
+          static_cast<int64_t>(index.samples().size()) -
+              index.defective_samples(),
+          index.samples().size());
+    }
+    auto reader = std::make_unique<ShardReader>(
+        objects[i]->url, MakeObjectSource(options.store, *objects[i]));
+    shards.push_back(Shard{std::move(index), std::move(reader), 0,
+                           absl::StrCat(objects[i]->url, "\n",
+                                        objects[i]->VersionTag())});
+  }
+  spdlog::info("dataset '{}': indexes of {} objects: {} from sidecars, {} "
+               "from the index cache, {} built by reading the object",
+               name, shards.size(), origins[0], origins[1], origins[2]);
+  return Finish(name, pattern, std::move(shards), std::move(left_out),
+                shard_names, first_failure, /*remote=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
+    const std::string& name, const std::string& glob, std::vector<Shard> shards,
+    std::vector<LeftOut> left_out, int64_t shard_names,
+    const absl::Status& first_failure, bool remote) {
   if (shard_names == 0) {
     return absl::NotFoundError(absl::StrCat(
         "dataset '", name, "': no .tar shards match '", glob, "'"));
@@ -182,7 +286,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   }
 
   std::unique_ptr<Dataset> dataset(
-      new Dataset(name, std::move(shards), std::move(left_out)));
+      new Dataset(name, std::move(shards), std::move(left_out), remote));
   if (dataset->sample_count() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset '", name, "': the ", dataset->shard_count(),
@@ -201,7 +305,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
 }
 
 Dataset::Dataset(std::string name, std::vector<Shard> shards,
-                 std::vector<LeftOut> left_out)
+                 std::vector<LeftOut> left_out, bool remote)
     : name_(std::move(name)),
       shards_([&] {
         int64_t first = 0;
@@ -211,7 +315,8 @@ Dataset::Dataset(std::string name, std::vector<Shard> shards,
         }
         return std::move(shards);
       }()),
-      left_out_(std::move(left_out)) {
+      left_out_(std::move(left_out)),
+      remote_(remote) {
   uint64_t hash = kFnv64Offset;
   for (const Shard& shard : shards_) {
     const int64_t samples = static_cast<int64_t>(shard.index.samples().size());
@@ -275,20 +380,41 @@ absl::Status Dataset::CheckIndex(int64_t index) const {
 }
 
 absl::Status Dataset::Read(int64_t index, std::string* image_bytes,
-                           int32_t* label) const {
+                           int32_t* label,
+                           const RangeLookaside* lookaside) const {
   if (absl::Status s = CheckIndex(index); !s.ok()) return s;
   const Shard& shard = shards_[ShardOf(index)];
   return shard.reader->ReadSample(
-      shard.index.samples()[index - shard.first_sample], image_bytes, label);
+      shard.index.samples()[index - shard.first_sample], image_bytes, label,
+      lookaside);
 }
 
 absl::Status Dataset::ReadMembers(int64_t index,
                                   const std::vector<const MemberRef*>& members,
-                                  const std::vector<std::string*>& outs) const {
+                                  const std::vector<std::string*>& outs,
+                                  const RangeLookaside* lookaside) const {
   if (absl::Status s = CheckIndex(index); !s.ok()) return s;
   const Shard& shard = shards_[ShardOf(index)];
   return shard.reader->ReadMembers(
-      shard.index.samples()[index - shard.first_sample], members, outs);
+      shard.index.samples()[index - shard.first_sample], members, outs,
+      lookaside);
+}
+
+absl::Status Dataset::ReadRange(int32_t shard, int64_t offset, int64_t size,
+                                char* dst) const {
+  const Shard& s = shards_[shard_index(shard).shard_id()];
+  absl::StatusOr<int64_t> n = s.reader->source().ReadAt(offset, size, dst);
+  if (!n.ok()) return n.status();
+  if (*n != size) {
+    return absl::DataLossError(absl::StrCat(
+        "shard '", s.reader->path(), "': short read: wanted ", size,
+        " bytes at offset ", offset, ", got ", *n));
+  }
+  return absl::OkStatus();
+}
+
+const std::string& Dataset::shard_version(int32_t shard) const {
+  return shards_[shard_index(shard).shard_id()].version;
 }
 
 }  // namespace stoker::server

@@ -17,9 +17,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/fnv.h"
+#include "server/remote_shards.h"
 #include "server/shard_reader.h"
+#include "server/storage/object_store.h"
 
 namespace stoker::server {
+
+struct DatasetOptions {
+  // Reads shards named by http://, https:// or s3:// patterns; null: only
+  // local paths are accepted. Not owned; outlives the dataset.
+  const storage::ObjectStore* store = nullptr;
+  RemoteIndexOptions index;
+};
 
 // Immutable after Open; every method is const and safe to call from many
 // threads at once. Owns one open file descriptor per served shard for its
@@ -62,8 +72,20 @@ class Dataset {
   //                    PermissionDenied, ...); the message lists them with
   //                    their reasons.
   //   Unavailable      glob(3) itself failed.
-  static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& name,
-                                                       const std::string& glob);
+  //
+  // Object storage. A `glob` starting with http://, https:// or s3:// names
+  // objects instead (server/storage/object_store.h says how: brace ranges
+  // for http(s), wildcards for s3), read through `options.store`, indexed
+  // as server/remote_shards.h says (sidecar, cache or one download each,
+  // in parallel) and sorted by URL. The base names, sizes and sample counts
+  // are those of the same shards on disk, so the fingerprint and every
+  // sample's index are too. Objects that cannot be listed or indexed are
+  // left out like unusable files; InvalidArgument if `options.store` is
+  // null; the listing's error (e.g. PermissionDenied for a wrong key) if
+  // the store refuses the pattern as a whole.
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(
+      const std::string& name, const std::string& glob,
+      const DatasetOptions& options = {});
 
   Dataset(const Dataset&) = delete;
   Dataset& operator=(const Dataset&) = delete;
@@ -119,15 +141,28 @@ class Dataset {
   // naming the key and shard path for defective or unreadable samples, and
   // for every sample of a shard that changed on disk since Open (see
   // ShardReader).
-  absl::Status Read(int64_t index, std::string* image_bytes,
-                    int32_t* label) const;
+  // `lookaside` (may be null) may hold the sample's bytes (see
+  // server/prefetcher.h).
+  absl::Status Read(int64_t index, std::string* image_bytes, int32_t* label,
+                    const RangeLookaside* lookaside = nullptr) const;
 
   // Reads members of global sample `index` (pointers into
   // record(index).members) into `outs`; see ShardReader::ReadMembers.
   // OutOfRange for an index outside [0, sample_count()).
   absl::Status ReadMembers(int64_t index,
                            const std::vector<const MemberRef*>& members,
-                           const std::vector<std::string*>& outs) const;
+                           const std::vector<std::string*>& outs,
+                           const RangeLookaside* lookaside = nullptr) const;
+
+  // True if the shards are objects in storage (worth prefetching).
+  bool remote() const { return remote_; }
+  // Reads bytes [offset, offset + size) of shard `shard` into `dst`
+  // (exactly `size` bytes, or an error). Requires a valid shard number.
+  absl::Status ReadRange(int32_t shard, int64_t offset, int64_t size,
+                         char* dst) const;
+  // Identifies the bytes of shard `shard` for caches: its URL and version
+  // for an object in storage, "" for a local file.
+  const std::string& shard_version(int32_t shard) const;
 
  private:
   struct Shard {
@@ -135,10 +170,21 @@ class Dataset {
     std::unique_ptr<ShardReader> reader;
     // Global index of this shard's first sample.
     int64_t first_sample = 0;
+    // See shard_version().
+    std::string version;
   };
 
   Dataset(std::string name, std::vector<Shard> shards,
-          std::vector<LeftOut> left_out);
+          std::vector<LeftOut> left_out, bool remote);
+  // Open for object storage.
+  static absl::StatusOr<std::unique_ptr<Dataset>> OpenRemote(
+      const std::string& name, const std::string& pattern,
+      const DatasetOptions& options);
+  // The checks and log line shared by both kinds of Open.
+  static absl::StatusOr<std::unique_ptr<Dataset>> Finish(
+      const std::string& name, const std::string& glob,
+      std::vector<Shard> shards, std::vector<LeftOut> left_out,
+      int64_t shard_names, const absl::Status& first_failure, bool remote);
 
   // OutOfRange unless 0 <= index < sample_count().
   absl::Status CheckIndex(int64_t index) const;
@@ -156,13 +202,12 @@ class Dataset {
   int32_t skipped_shards_ = 0;
   int32_t ignored_matches_ = 0;
   const std::vector<LeftOut> left_out_;
+  const bool remote_;
   std::string fingerprint_;
 };
 
-// FNV-1a 64 of `data` continuing from `hash` (start with kFnv64Offset).
-// Exposed for tests.
-inline constexpr uint64_t kFnv64Offset = 0xcbf29ce484222325ULL;
-uint64_t Fnv1a64(const void* data, size_t size, uint64_t hash = kFnv64Offset);
+using common::Fnv1a64;
+using common::kFnv64Offset;
 
 }  // namespace stoker::server
 

@@ -3,10 +3,12 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <cstring>
@@ -28,6 +30,9 @@
 #include "image/image_probe.h"
 #include "image/ops/plugin.h"
 #include "server/server.h"
+#include "server/storage/disk_cache.h"
+#include "server/storage/object_store.h"
+#include "server/storage/url.h"
 #include "common/malloc_tuning.h"
 #include "spdlog/spdlog.h"
 
@@ -35,7 +40,33 @@ ABSL_FLAG(int, port, 50051, "TCP port to listen on (0 picks a free port).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(std::vector<std::string>, dataset, {},
           "NAME=GLOB: serve the .tar shards matching GLOB as dataset NAME. "
-          "Repeat the flag for several datasets.");
+          "GLOB may be a local path, http(s)://host/shard-{000..099}.tar "
+          "(brace ranges) or s3://bucket/prefix/*.tar. Repeat the flag for "
+          "several datasets.");
+ABSL_FLAG(std::string, s3_endpoint, "",
+          "http(s)://host[:port] of an S3-compatible store (MinIO, Ceph, "
+          "GCS's XML API, R2), addressed path-style; empty: AWS S3.");
+ABSL_FLAG(std::string, s3_region, "",
+          "Region for S3 request signing; empty: AWS_REGION, "
+          "AWS_DEFAULT_REGION or us-east-1.");
+ABSL_FLAG(std::string, storage_ca_file, "",
+          "PEM CA bundle for https:// shard URLs and S3 endpoints; empty: "
+          "the system's.");
+ABSL_FLAG(int, storage_max_requests, 32,
+          "Requests to object storage in flight at once, server-wide (also "
+          "the number of threads that fetch ahead for the streams).");
+ABSL_FLAG(int, storage_attempts, 8,
+          "Attempts per request to object storage (retries on 5xx, 429, "
+          "resets and short bodies, with exponential back-off and jitter).");
+ABSL_FLAG(int64_t, prefetch_bytes, int64_t{64} << 20,
+          "Shards in object storage: bytes of the next batches' samples each "
+          "stream fetches ahead (charged to the memory budget).");
+ABSL_FLAG(std::string, cache_dir, "",
+          "Keep raw sample bytes from object storage in DIR/stoker-cache-v1 "
+          "(LRU, within --cache_bytes), and built shard indexes in "
+          "DIR/stoker-index-v1. Only files the cache wrote are ever deleted.");
+ABSL_FLAG(int64_t, cache_bytes, int64_t{10} << 30,
+          "Size limit of the --cache_dir sample cache.");
 ABSL_FLAG(int, threads, 0,
           "Decode/transform worker threads shared by all streams; 0 = one "
           "per core.");
@@ -141,6 +172,8 @@ struct Config {
   DataServiceOptions service;
   std::vector<std::pair<std::string, std::string>> datasets;  // name, glob
   spdlog::level::level_enum log_level;
+  stoker::storage::StorageOptions storage;
+  bool any_remote = false;
 };
 
 absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
@@ -201,6 +234,30 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
           "--dataset must be NAME=GLOB, got '", d, "'"));
     }
     config.datasets.emplace_back(d.substr(0, eq), d.substr(eq + 1));
+  }
+  for (const auto& [name, glob] : config.datasets) {
+    config.any_remote = config.any_remote || stoker::storage::SchemeOf(glob) !=
+                                                 stoker::storage::Scheme::kLocal;
+  }
+  config.storage.s3_endpoint = absl::GetFlag(FLAGS_s3_endpoint);
+  config.storage.s3_region = absl::GetFlag(FLAGS_s3_region);
+  config.storage.http.ca_file = absl::GetFlag(FLAGS_storage_ca_file);
+  config.storage.http.max_concurrent_requests =
+      absl::GetFlag(FLAGS_storage_max_requests);
+  config.storage.http.max_attempts = absl::GetFlag(FLAGS_storage_attempts);
+  if (config.storage.http.max_concurrent_requests < 1 ||
+      config.storage.http.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        "--storage_max_requests and --storage_attempts must be >= 1");
+  }
+  config.service.io_threads = config.storage.http.max_concurrent_requests;
+  config.service.stream.prefetch_bytes = absl::GetFlag(FLAGS_prefetch_bytes);
+  if (config.service.stream.prefetch_bytes < 0) {
+    return absl::InvalidArgumentError("--prefetch_bytes must be >= 0");
+  }
+  if (config.service.stream.prefetch_bytes == 0) config.service.io_threads = 0;
+  if (absl::GetFlag(FLAGS_cache_bytes) < 1) {
+    return absl::InvalidArgumentError("--cache_bytes must be >= 1");
   }
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) {
@@ -307,9 +364,49 @@ int main(int argc, char** argv) {
                  absl::StrJoin(plugin->ops, ", "));
   }
 
+  // Object storage, when a dataset is there.
+  std::unique_ptr<stoker::storage::ObjectStore> store;
+  std::unique_ptr<stoker::storage::DiskCache> disk_cache;
+  stoker::server::DatasetOptions dataset_options;
+  if (config->any_remote) {
+    absl::StatusOr<std::unique_ptr<stoker::storage::ObjectStore>> created =
+        stoker::storage::ObjectStore::Create(config->storage);
+    if (!created.ok()) {
+      std::fprintf(stderr, "stoker_server: %s\n",
+                   std::string(created.status().message()).c_str());
+      return 2;
+    }
+    store = *std::move(created);
+    dataset_options.store = store.get();
+    if (const std::string dir = absl::GetFlag(FLAGS_cache_dir); !dir.empty()) {
+      absl::StatusOr<std::unique_ptr<stoker::storage::DiskCache>> cache =
+          stoker::storage::DiskCache::Open(dir, absl::GetFlag(FLAGS_cache_bytes));
+      if (!cache.ok()) {
+        std::fprintf(stderr, "stoker_server: --cache_dir: %s\n",
+                     std::string(cache.status().message()).c_str());
+        return 2;
+      }
+      disk_cache = *std::move(cache);
+      const stoker::storage::DiskCacheStats kept = disk_cache->stats();
+      spdlog::info("sample cache {}: {} entries, {} bytes kept from before",
+                   disk_cache->directory(), kept.entries, kept.bytes);
+      const std::string index_dir = dir + "/stoker-index-v1";
+      if (::mkdir(index_dir.c_str(), 0755) == 0 || errno == EEXIST) {
+        dataset_options.index.index_cache_dir = index_dir;
+        dataset_options.index.temp_dir = index_dir;
+      } else {
+        spdlog::warn("no index cache: cannot create {}: {}", index_dir,
+                     std::strerror(errno));
+      }
+    }
+    config->service.store = store.get();
+    config->service.disk_cache = disk_cache.get();
+  }
+
   std::vector<std::unique_ptr<Dataset>> opened;
   for (const auto& [name, glob] : config->datasets) {
-    absl::StatusOr<std::unique_ptr<Dataset>> dataset = Dataset::Open(name, glob);
+    absl::StatusOr<std::unique_ptr<Dataset>> dataset =
+        Dataset::Open(name, glob, dataset_options);
     if (!dataset.ok()) {
       spdlog::error("{}", dataset.status().ToString());
       return 1;
@@ -373,5 +470,14 @@ int main(int argc, char** argv) {
   spdlog::info("stopped: {} streams served, {} refused, {} samples skipped",
                stats.streams_opened, stats.streams_refused,
                stats.skipped_samples);
+  if (store != nullptr) {
+    const stoker::v1::StorageStats s = (*server)->service()->storage_stats();
+    spdlog::info("object storage: {} requests ({} retries, {} failed), {} "
+                 "bytes; prefetched {} ranges, {} bytes; cache {} hits, {} "
+                 "misses",
+                 s.requests(), s.retries(), s.failed_requests(), s.bytes(),
+                 s.prefetch_ranges(), s.prefetch_bytes(), s.cache_hits(),
+                 s.cache_misses());
+  }
   return 0;
 }

@@ -198,7 +198,8 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
                                  uint64_t seed, int64_t epoch,
                                  image::SampleProcessor& processor,
                                  FieldScratch& scratch,
-                                 const FieldTargets& targets) {
+                                 const FieldTargets& targets,
+                                 const RangeLookaside* lookaside) {
   FieldSampleResult result;
   const SampleRecord& record = dataset.record(sample);
   const size_t n = layout.fields.size();
@@ -229,7 +230,7 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
     outs.push_back(&scratch.members[i]);
   }
   const int64_t t0 = common::SteadyNowNs();
-  result.status = dataset.ReadMembers(sample, to_read, outs);
+  result.status = dataset.ReadMembers(sample, to_read, outs, lookaside);
   result.read_ns = common::SteadyNowNs() - t0;
   if (!result.status.ok()) return result;
 

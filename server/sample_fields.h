@@ -121,7 +121,8 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
                                  uint64_t seed, int64_t epoch,
                                  image::SampleProcessor& processor,
                                  FieldScratch& scratch,
-                                 const FieldTargets& targets);
+                                 const FieldTargets& targets,
+                                 const RangeLookaside* lookaside = nullptr);
 
 }  // namespace stoker::server
 

@@ -1,0 +1,138 @@
+#ifndef STOKER_SERVER_PREFETCHER_H_
+#define STOKER_SERVER_PREFETCHER_H_
+
+// Plan-driven reads for a stream over shards in object storage: the stream
+// knows which samples its next batches hold, so it asks for their bytes
+// before its workers need them, and the workers find them in memory
+// (RangeLookaside) instead of waiting a round trip per sample.
+//
+// Each sample needs the span of its shard from its first member's data to
+// its last member's end. Plan() sorts the new spans of the batches it is
+// given, merges spans of one shard that are at most `merge_gap` apart into
+// ranges of at most `max_range` bytes, and fetches each range with one
+// request on the I/O pool (a WorkerPool whose threads block on the
+// network; the store bounds concurrency server-wide). A span that a range
+// already planned covers is not fetched again. With the disk cache, a range
+// whose spans are all cached is read from disk instead, and a fetched
+// range's spans are written to it.
+//
+// Memory. Ranges are charged to the server's MemoryBudget (ForceCharge:
+// the stream bounds them with held_bytes()) and freed when every batch that
+// uses them was released. Charges are never given back under a lock.
+//
+// A range that fails for good (retries exhausted, object changed) makes
+// every sample read from it fail with that error (a bad sample naming the
+// URL and HTTP status). Reads of bytes no range covers go to the shard's
+// source directly, so prefetching changes timing, never results.
+//
+// Thread-safe.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/dataset.h"
+#include "server/memory_budget.h"
+#include "server/storage/disk_cache.h"
+#include "server/worker_pool.h"
+
+namespace stoker::server {
+
+struct PrefetchOptions {
+  // Spans of one shard this close are fetched with one request (the bytes
+  // between them are read and dropped).
+  int64_t merge_gap = 64 << 10;
+  // Largest range fetched with one request.
+  int64_t max_range = 16 << 20;
+};
+
+// Server-wide counters (shared by every stream's prefetcher).
+struct PrefetchCounters {
+  std::atomic<int64_t> ranges{0};        // ranges fetched or read from disk
+  std::atomic<int64_t> bytes{0};         // their bytes
+  std::atomic<int64_t> cached_ranges{0};  // of which served by the disk cache
+  std::atomic<int64_t> failed_ranges{0};
+};
+
+class Prefetcher : public RangeLookaside,
+                   public std::enable_shared_from_this<Prefetcher> {
+ public:
+  // `dataset`, `io` and `cache` (may be null) are not owned and outlive the
+  // prefetcher; `job` is its I/O queue's group; `counters` may be null.
+  static std::shared_ptr<Prefetcher> Create(
+      const Dataset* dataset, WorkerPool* io, const std::string& job,
+      std::shared_ptr<MemoryBudget> budget, storage::DiskCache* cache,
+      std::shared_ptr<PrefetchCounters> counters,
+      const PrefetchOptions& options = {});
+  ~Prefetcher() override;
+
+  // The bytes the samples' spans cover (an estimate of what planning them
+  // holds).
+  int64_t SpanBytes(const std::vector<int64_t>& samples) const;
+
+  // Plans batches (index, samples), in increasing index order and after
+  // every batch planned before; their fetches start in the background.
+  void Plan(const std::vector<std::pair<int64_t, std::vector<int64_t>>>& batches);
+
+  // Batch `batch` has read all its samples: ranges no other planned batch
+  // uses are freed.
+  void Release(int64_t batch);
+
+  // Bytes of the ranges planned and not yet freed.
+  int64_t held_bytes() const;
+
+  // RangeLookaside.
+  bool Copy(int32_t shard, int64_t offset, int64_t size, char* dst,
+            absl::Status* status) const override;
+
+  // Fetches not started are dropped, waiting readers are woken (their
+  // reads fail with CANCELLED). Idempotent.
+  void Cancel();
+
+ private:
+  struct Range;
+
+  Prefetcher(const Dataset* dataset, WorkerPool* io, const std::string& job,
+             std::shared_ptr<MemoryBudget> budget, storage::DiskCache* cache,
+             std::shared_ptr<PrefetchCounters> counters,
+             const PrefetchOptions& options);
+  // The live range covering [offset, offset + size) of `shard`, or null.
+  std::shared_ptr<Range> FindLocked(int32_t shard, int64_t offset,
+                                    int64_t size) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Fetch(const std::shared_ptr<Range>& range);
+  // Disk cache key of span [begin, end) of `shard`.
+  uint64_t CacheKey(int32_t shard, int64_t begin, int64_t end) const;
+
+  const Dataset* const dataset_;
+  const std::unique_ptr<TaskQueue> queue_;
+  const std::shared_ptr<MemoryBudget> budget_;
+  storage::DiskCache* const cache_;
+  const std::shared_ptr<PrefetchCounters> counters_;
+  const PrefetchOptions options_;
+  std::atomic<bool> cancelled_{false};
+
+  mutable absl::Mutex mu_;
+  // Live ranges by (shard, first byte).
+  std::multimap<std::pair<int32_t, int64_t>, std::shared_ptr<Range>> ranges_
+      ABSL_GUARDED_BY(mu_);
+  // The ranges each planned, unreleased batch uses.
+  std::map<int64_t, std::vector<std::shared_ptr<Range>>> batch_ranges_
+      ABSL_GUARDED_BY(mu_);
+  int64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The span of `record`'s shard holding all its members' data: [*begin,
+// *end). False if the record has no members or is damaged.
+bool SampleSpan(const SampleRecord& record, int64_t* begin, int64_t* end);
+
+}  // namespace stoker::server
+
+#endif  // STOKER_SERVER_PREFETCHER_H_
