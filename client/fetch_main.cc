@@ -40,6 +40,10 @@ ABSL_FLAG(std::string, transform,
           "RandomResizedCrop(224)|RandomHorizontalFlip()",
           "Transform pipeline, steps separated by '|'.");
 ABSL_FLAG(bool, shuffle, true, "Shuffle the sample order every epoch.");
+ABSL_FLAG(int64_t, shuffle_window, 0,
+          "With --shuffle: 0 shuffles the whole dataset; N > 0 shuffles the "
+          "shards, then the samples within windows of N (shuffle=blocks, "
+          "mostly sequential reads for shards in object storage).");
 ABSL_FLAG(bool, drop_last, false, "Drop each epoch's last partial batch.");
 ABSL_FLAG(int, rank, 0, "This process's rank, 0 <= rank < world_size.");
 ABSL_FLAG(int, world_size, 1, "Number of ranks sharing each epoch.");
@@ -137,6 +141,10 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
   options.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.shuffle = absl::GetFlag(FLAGS_shuffle);
+  options.shuffle_window = absl::GetFlag(FLAGS_shuffle_window);
+  if (options.shuffle_window < 0) {
+    return absl::InvalidArgumentError("--shuffle_window must be >= 0");
+  }
   options.drop_last = absl::GetFlag(FLAGS_drop_last);
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = absl::GetFlag(FLAGS_world_size);

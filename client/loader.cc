@@ -238,7 +238,10 @@ absl::Status Loader::Init() {
       image::FormatTransform(options_.transform), "|", options_.batch_size,
       "|", options_.seed, "|", options_.rank, "|", options_.world_size, "|",
       options_.shuffle, "|", options_.drop_last);
-  // Only when named, so classic plans keep their ids (and checkpoints).
+  // Only when set, so earlier plans keep their ids (and checkpoints).
+  if (options_.shuffle && options_.shuffle_window > 0) {
+    absl::StrAppend(&identity, "|blocks:", options_.shuffle_window);
+  }
   if (!options_.fields.empty()) {
     absl::StrAppend(&identity, "|fields:", FormatFields(options_.fields));
   }
@@ -311,6 +314,7 @@ v1::StreamBatchesRequest Loader::MakeRequest(int64_t epoch,
   plan->set_rank(options_.rank);
   plan->set_world_size(options_.world_size);
   plan->set_shuffle(options_.shuffle);
+  if (options_.shuffle) plan->set_shuffle_window(options_.shuffle_window);
   plan->set_drop_last(options_.drop_last);
   request.set_start_batch(lease.begin);
   request.set_end_batch(lease.end);

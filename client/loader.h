@@ -73,6 +73,10 @@ struct LoaderOptions {
   int rank = 0;
   int world_size = 1;
   bool shuffle = true;
+  // With shuffle: 0 shuffles the whole dataset; N > 0 is shuffle=blocks,
+  // windows of N samples after shuffling the shards (for shards in object
+  // storage: see EpochPlan::BlockOrder for the randomness it gives up).
+  int64_t shuffle_window = 0;
   // Drop this rank's last partial batch.
   bool drop_last = false;
   // Fail (DATA_LOSS) on a corrupt or unlabeled sample instead of skipping

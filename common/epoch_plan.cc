@@ -77,6 +77,37 @@ std::vector<int64_t> EpochPlan::GlobalOrder(int64_t num_samples, uint64_t seed,
   return order;
 }
 
+std::vector<int64_t> EpochPlan::BlockOrder(
+    const std::vector<int64_t>& shard_sizes, uint64_t seed, int64_t epoch,
+    int64_t window) {
+  std::vector<int64_t> first(shard_sizes.size());
+  int64_t total = 0;
+  for (size_t s = 0; s < shard_sizes.size(); ++s) {
+    first[s] = total;
+    total += shard_sizes[s];
+  }
+  CounterRng rng(HashCombine(HashCombine(seed, static_cast<uint64_t>(epoch)),
+                             kBlockShuffleSalt));
+  std::vector<int64_t> shards(shard_sizes.size());
+  std::iota(shards.begin(), shards.end(), int64_t{0});
+  for (int64_t i = static_cast<int64_t>(shards.size()) - 1; i > 0; --i) {
+    std::swap(shards[i], shards[rng.UniformInt(0, i + 1)]);
+  }
+  std::vector<int64_t> order;
+  order.reserve(total);
+  for (const int64_t s : shards) {
+    for (int64_t j = 0; j < shard_sizes[s]; ++j) order.push_back(first[s] + j);
+  }
+  window = std::max<int64_t>(window, 1);
+  for (int64_t start = 0; start < total; start += window) {
+    const int64_t n = std::min(window, total - start);
+    for (int64_t i = n - 1; i > 0; --i) {
+      std::swap(order[start + i], order[start + rng.UniformInt(0, i + 1)]);
+    }
+  }
+  return order;
+}
+
 EpochPlan::EpochPlan(const EpochPlanParams& params,
                      std::shared_ptr<const std::vector<int64_t>> order)
     : params_(params), order_(std::move(order)) {

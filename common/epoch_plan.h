@@ -79,6 +79,24 @@ class EpochPlan {
   static std::vector<int64_t> GlobalOrder(int64_t num_samples, uint64_t seed,
                                           int64_t epoch, bool shuffle);
 
+  // The global order of shuffle=blocks, for data read from object storage:
+  // reads stay mostly sequential while batches still mix. The shards are
+  // shuffled (Fisher-Yates over shard positions), their samples are laid
+  // end to end in that order (each shard's in tar order), and the result is
+  // cut into consecutive windows of `window` samples, each shuffled
+  // (Fisher-Yates) in place; one CounterRng(HashCombine(HashCombine(seed,
+  // epoch), kBlockShuffleSalt)) drives both. `shard_sizes` are the shards'
+  // sample counts in dataset order (global index = position in their
+  // concatenation). Randomness given up: a sample lands within `window`
+  // positions of where its shard's turn puts it, so a batch draws from one
+  // window (one or two shards when windows are smaller than shards), not
+  // from the whole dataset; across epochs the shard order and the mixing
+  // inside windows change. window >= 1 (1 keeps every shard's tar order).
+  static std::vector<int64_t> BlockOrder(const std::vector<int64_t>& shard_sizes,
+                                         uint64_t seed, int64_t epoch,
+                                         int64_t window);
+  static constexpr uint64_t kBlockShuffleSalt = 0x626c6f636b73ULL;  // "blocks"
+
   const EpochPlanParams& params() const { return params_; }
   int batch_size() const { return params_.batch_size; }
 

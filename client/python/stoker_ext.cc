@@ -412,6 +412,7 @@ struct Settings {
   std::string fields;
   uint64_t seed = 0;
   bool shuffle = true;
+  int64_t shuffle_window = 0;
   bool drop_last = false;
   int rank = 0;
   int world_size = 1;
@@ -492,6 +493,7 @@ Configured ToOptions(const Settings& s) {
   l.batch_size = s.batch_size;
   l.seed = s.seed;
   l.shuffle = s.shuffle;
+  l.shuffle_window = s.shuffle_window;
   l.drop_last = s.drop_last;
   l.rank = s.rank;
   l.world_size = s.world_size;
@@ -821,6 +823,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def_readwrite("fields", &Settings::fields)
       .def_readwrite("seed", &Settings::seed)
       .def_readwrite("shuffle", &Settings::shuffle)
+      .def_readwrite("shuffle_window", &Settings::shuffle_window)
       .def_readwrite("drop_last", &Settings::drop_last)
       .def_readwrite("rank", &Settings::rank)
       .def_readwrite("world_size", &Settings::world_size)

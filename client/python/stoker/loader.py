@@ -304,7 +304,12 @@ class Loader:
         separated by '|': RandomResizedCrop, RandomHorizontalFlip, Resize,
         CenterCrop; it must end in a fixed size. Applied on the servers.
       seed: seed of the shuffle and of every random augmentation.
-      shuffle: shuffle the sample order every epoch.
+      shuffle: shuffle the sample order every epoch: True (the whole
+        dataset), False, or "blocks": shuffle the shards, then the samples
+        within windows of `shuffle_window` samples, so that shards in object
+        storage are read mostly sequentially (a batch then draws from one
+        window, one or two shards, instead of the whole dataset).
+      shuffle_window: window size of shuffle="blocks".
       drop_last: drop this rank's last partial batch.
       rank, world_size: this process's share, as DistributedSampler (the
         order is padded by repeating samples so that every rank gets the
@@ -420,7 +425,8 @@ class Loader:
 
     def __init__(self, servers, dataset, batch_size=256,
                  transform="RandomResizedCrop(224)|RandomHorizontalFlip()", *,
-                 seed=0, shuffle=True, drop_last=False, rank=None,
+                 seed=0, shuffle=True, shuffle_window=1024, drop_last=False,
+                 rank=None,
                  world_size=None, device=None, dtype=torch.float32,
                  mean=IMAGENET_MEAN, std=IMAGENET_STD, channels_last=False,
                  prefetch=8, batches_per_request=4, streams_per_server=2,
@@ -450,7 +456,15 @@ class Loader:
         if self._fields_as_tuple and self._fields is None:
             raise _invalid("fields_as_tuple=True needs fields")
         settings.seed = _int_arg("seed", seed, 0, 2**64 - 1)
-        settings.shuffle = bool(shuffle)
+        if isinstance(shuffle, str):
+            if shuffle != "blocks":
+                raise _invalid(f"shuffle must be True, False or 'blocks', "
+                               f"got {shuffle!r}")
+            settings.shuffle = True
+            settings.shuffle_window = _int_arg("shuffle_window",
+                                               shuffle_window, 1)
+        else:
+            settings.shuffle = bool(shuffle)
         settings.drop_last = bool(drop_last)
         default_rank, default_world = (0, 1)
         if rank is None or world_size is None:
