@@ -356,7 +356,10 @@ absl::Status HttpClient::Run(Request& request) const {
     last = RunOnce(request, &retryable);
     if (last.ok()) return last;
     if (!retryable) {
-      failures_.fetch_add(1, std::memory_order_relaxed);
+      // A 404 is an answer (e.g. no sidecar index), not a failure.
+      if (!absl::IsNotFound(last)) {
+        failures_.fetch_add(1, std::memory_order_relaxed);
+      }
       return absl::Status(last.code(),
                           absl::StrCat(request.Describe(), ": ", last.message()));
     }

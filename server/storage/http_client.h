@@ -79,7 +79,7 @@ struct ObjectHeaders {
 struct HttpStats {
   int64_t requests = 0;   // attempts made, retries included
   int64_t retries = 0;    // attempts that followed a retryable failure
-  int64_t failures = 0;   // requests that failed for good
+  int64_t failures = 0;   // requests that failed for good (404s aside)
   int64_t bytes = 0;      // body bytes received
 };
 

@@ -4,8 +4,9 @@
 # //client/python:stoker, with the server and CLI binaries from the runfiles.
 set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE:-stoker}"
-export PYTHONPATH="$root/client/python:$root/tests/python"
+export PYTHONPATH="$root/client/python:$root/tests/python:$root/tests/testing"
 export STOKER_SERVER_BIN="$root/server/stoker_server"
 export STOKER_FETCH_BIN="$root/client/stoker_fetch"
 export STOKER_SHARDS_BIN="$root/tools/make_sample_shards"
+export STOKER_INDEX_BIN="$root/server/stoker_index"
 exec /usr/bin/python3 -B "$root/tests/python/$1"
