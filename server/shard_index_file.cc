@@ -102,7 +102,8 @@ absl::StatusOr<DecodedIndex> DecodeShardIndex(absl::string_view bytes,
     record.image_size = s.image_size();
     record.label_offset = s.label_offset();
     record.label_size = s.label_size();
-    if ((record.image_offset != -1 &&
+    if (record.image_size < 0 || record.label_size < 0 ||
+        (record.image_offset != -1 &&
          !InShard(record.image_offset, record.image_size, shard_size)) ||
         (record.label_offset != -1 &&
          !InShard(record.label_offset, record.label_size, shard_size))) {

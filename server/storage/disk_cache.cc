@@ -101,7 +101,14 @@ absl::StatusOr<std::unique_ptr<DiskCache>> DiskCache::Open(
   std::vector<uint64_t> evicted;
   {
     absl::MutexLock lock(&cache->mu_);
-    for (const Found& f : found) cache->InsertLocked(f.key, f.size, &evicted);
+    for (const Found& f : found) {
+      // One entry larger than the whole cache would evict all the others.
+      if (f.size > max_bytes) {
+        evicted.push_back(f.key);
+        continue;
+      }
+      cache->InsertLocked(f.key, f.size, &evicted);
+    }
   }
   cache->Unlink(evicted);
   return cache;

@@ -179,7 +179,8 @@ absl::StatusOr<Listing> ObjectStore::ListHttp(const std::string& pattern) const 
   absl::StatusOr<std::vector<std::string>> urls = ExpandBraces(pattern);
   if (!urls.ok()) return urls.status();
   for (const std::string& url : *urls) {
-    if (HasWildcard(url.substr(url.find("://") + 3))) {
+    // '?' starts a query (e.g. a presigned URL), not a wildcard, here.
+    if (url.find_first_of("*[") != std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat(
           "'", pattern,
           "': web servers cannot be listed, so http(s) shard names cannot "

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -277,6 +279,211 @@ TEST_F(EpochPlanTest, InvalidParamsNameTheField) {
   }
   // The largest batch size is accepted.
   EXPECT_TRUE(EpochPlan::Create(Params(10, 1, kMaxBatchSize)).ok());
+}
+
+// ---------------------------------------------------------- BlockOrder
+
+// Global index of each shard's first sample (shards in dataset order).
+std::vector<int64_t> ShardStarts(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> starts;
+  int64_t total = 0;
+  for (const int64_t size : sizes) {
+    starts.push_back(total);
+    total += size;
+  }
+  return starts;
+}
+
+int64_t Total(const std::vector<int64_t>& sizes) {
+  return std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+}
+
+// The shard holding global sample `sample`.
+int64_t ShardOf(const std::vector<int64_t>& sizes, int64_t sample) {
+  const std::vector<int64_t> starts = ShardStarts(sizes);
+  for (size_t s = sizes.size(); s-- > 0;) {
+    if (sizes[s] > 0 && sample >= starts[s]) return static_cast<int64_t>(s);
+  }
+  return -1;
+}
+
+bool IsPermutationOfRange(std::vector<int64_t> order, int64_t n) {
+  if (static_cast<int64_t>(order.size()) != n) return false;
+  std::sort(order.begin(), order.end());
+  for (int64_t i = 0; i < n; ++i) {
+    if (order[i] != i) return false;
+  }
+  return true;
+}
+
+// The shard order of a window-1 block order (which keeps every shard's
+// samples together and in tar order); empty shards are not seen.
+std::vector<int64_t> ShardSequence(const std::vector<int64_t>& sizes,
+                                   const std::vector<int64_t>& order) {
+  std::vector<int64_t> shards;
+  for (const int64_t sample : order) {
+    const int64_t s = ShardOf(sizes, sample);
+    if (shards.empty() || shards.back() != s) shards.push_back(s);
+  }
+  return shards;
+}
+
+const std::vector<int64_t> kUnevenShards = {7, 3, 12, 1, 9, 5, 8, 2};
+
+TEST_F(EpochPlanTest, BlockOrderIsPermutationForAnyWindow) {
+  const int64_t total = Total(kUnevenShards);
+  for (const int64_t window : {int64_t{1}, int64_t{2}, int64_t{5},
+                               int64_t{16}, total - 1, total, total + 10}) {
+    EXPECT_TRUE(IsPermutationOfRange(
+        EpochPlan::BlockOrder(kUnevenShards, 17, 3, window), total))
+        << "window " << window;
+  }
+}
+
+TEST_F(EpochPlanTest, BlockOrderIsDeterministicAndVariesWithSeedAndEpoch) {
+  const std::vector<int64_t> base =
+      EpochPlan::BlockOrder(kUnevenShards, 17, 3, 6);
+  EXPECT_EQ(base, EpochPlan::BlockOrder(kUnevenShards, 17, 3, 6));
+  EXPECT_NE(base, EpochPlan::BlockOrder(kUnevenShards, 18, 3, 6));
+  EXPECT_NE(base, EpochPlan::BlockOrder(kUnevenShards, 17, 4, 6));
+  // The shard order itself changes across epochs, too.
+  std::set<std::vector<int64_t>> shard_orders;
+  for (int64_t epoch = 0; epoch < 8; ++epoch) {
+    shard_orders.insert(ShardSequence(
+        kUnevenShards, EpochPlan::BlockOrder(kUnevenShards, 17, epoch, 1)));
+  }
+  EXPECT_GT(shard_orders.size(), 1u);
+  // It is not GlobalOrder (a different stream, and shards stay together).
+  EXPECT_NE(EpochPlan::BlockOrder(kUnevenShards, 17, 3, Total(kUnevenShards)),
+            EpochPlan::GlobalOrder(Total(kUnevenShards), 17, 3, true));
+}
+
+TEST_F(EpochPlanTest, BlockOrderWindowOneKeepsShardsWholeAndInTarOrder) {
+  const std::vector<int64_t> starts = ShardStarts(kUnevenShards);
+  for (int64_t epoch = 0; epoch < 5; ++epoch) {
+    const std::vector<int64_t> order =
+        EpochPlan::BlockOrder(kUnevenShards, 99, epoch, 1);
+    ASSERT_TRUE(IsPermutationOfRange(order, Total(kUnevenShards)));
+    // Each shard appears exactly once as one run, in its tar order.
+    const std::vector<int64_t> shards = ShardSequence(kUnevenShards, order);
+    ASSERT_EQ(shards.size(), kUnevenShards.size()) << "epoch " << epoch;
+    size_t pos = 0;
+    for (const int64_t s : shards) {
+      for (int64_t j = 0; j < kUnevenShards[s]; ++j, ++pos) {
+        ASSERT_EQ(order[pos], starts[s] + j)
+            << "epoch " << epoch << " shard " << s;
+      }
+    }
+  }
+  // The shards are shuffled, not left in dataset order.
+  bool shuffled = false;
+  for (int64_t epoch = 0; epoch < 5; ++epoch) {
+    std::vector<int64_t> shards = ShardSequence(
+        kUnevenShards, EpochPlan::BlockOrder(kUnevenShards, 99, epoch, 1));
+    shuffled = shuffled || !std::is_sorted(shards.begin(), shards.end());
+  }
+  EXPECT_TRUE(shuffled);
+  // A window of 0 (or less) is treated as 1.
+  EXPECT_EQ(EpochPlan::BlockOrder(kUnevenShards, 99, 0, 0),
+            EpochPlan::BlockOrder(kUnevenShards, 99, 0, 1));
+}
+
+TEST_F(EpochPlanTest, BlockOrderKeepsSamplesInsideTheirWindow) {
+  // The shards are shuffled first, from the start of the generator's
+  // stream; window 1 draws nothing more. So the window-1 order is the
+  // unshuffled concatenation that every window size then cuts up.
+  const int64_t total = Total(kUnevenShards);
+  for (const int64_t window : {int64_t{2}, int64_t{4}, int64_t{7},
+                               int64_t{10}}) {
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+      const std::vector<int64_t> concat =
+          EpochPlan::BlockOrder(kUnevenShards, 5, epoch, 1);
+      const std::vector<int64_t> order =
+          EpochPlan::BlockOrder(kUnevenShards, 5, epoch, window);
+      ASSERT_EQ(order.size(), concat.size());
+      bool moved = false;
+      for (int64_t start = 0; start < total; start += window) {
+        const int64_t end = std::min(total, start + window);
+        std::vector<int64_t> got(order.begin() + start, order.begin() + end);
+        std::vector<int64_t> want(concat.begin() + start,
+                                  concat.begin() + end);
+        moved = moved || got != want;
+        std::sort(got.begin(), got.end());
+        std::sort(want.begin(), want.end());
+        EXPECT_EQ(got, want) << "window " << window << " epoch " << epoch
+                             << " at " << start;
+      }
+      // Inside the windows the samples are mixed.
+      EXPECT_TRUE(moved) << "window " << window << " epoch " << epoch;
+    }
+  }
+}
+
+TEST_F(EpochPlanTest, BlockOrderWindowDividingShardSizesStaysInOneShard) {
+  // Every shard holds a multiple of 4 samples (empty shards included).
+  const std::vector<int64_t> sizes = {8, 4, 0, 12, 4, 0, 16, 8};
+  const int64_t total = Total(sizes);
+  for (const int64_t window : {int64_t{2}, int64_t{4}}) {
+    for (int64_t epoch = 0; epoch < 4; ++epoch) {
+      const std::vector<int64_t> order =
+          EpochPlan::BlockOrder(sizes, 11, epoch, window);
+      ASSERT_TRUE(IsPermutationOfRange(order, total));
+      for (int64_t start = 0; start < total; start += window) {
+        std::set<int64_t> shards;
+        for (int64_t i = start; i < start + window; ++i) {
+          shards.insert(ShardOf(sizes, order[i]));
+        }
+        EXPECT_EQ(shards.size(), 1u)
+            << "window " << window << " epoch " << epoch << " at " << start;
+      }
+    }
+  }
+}
+
+TEST_F(EpochPlanTest, BlockOrderWindowCoveringEverythingMixesShards) {
+  const int64_t total = Total(kUnevenShards);
+  const std::vector<int64_t> order =
+      EpochPlan::BlockOrder(kUnevenShards, 17, 3, total);
+  ASSERT_TRUE(IsPermutationOfRange(order, total));
+  // With one window over everything, consecutive samples seldom share a
+  // shard; with window 1 all but (shards - 1) pairs do.
+  int64_t same_shard_pairs = 0;
+  for (int64_t i = 1; i < total; ++i) {
+    same_shard_pairs += ShardOf(kUnevenShards, order[i]) ==
+                        ShardOf(kUnevenShards, order[i - 1]);
+  }
+  EXPECT_LT(same_shard_pairs, total / 2);
+}
+
+TEST_F(EpochPlanTest, BlockOrderWindowsBeyondTheTotalAreOneWindow) {
+  const int64_t total = Total(kUnevenShards);
+  const std::vector<int64_t> one_window =
+      EpochPlan::BlockOrder(kUnevenShards, 17, 3, total);
+  EXPECT_EQ(EpochPlan::BlockOrder(kUnevenShards, 17, 3, total + 1), one_window);
+  EXPECT_EQ(EpochPlan::BlockOrder(kUnevenShards, 17, 3,
+                                  std::numeric_limits<int64_t>::max()),
+            one_window);
+  EXPECT_NE(EpochPlan::BlockOrder(kUnevenShards, 17, 3, total - 1),
+            one_window);
+}
+
+TEST_F(EpochPlanTest, BlockOrderHandlesEmptyShardsAndEmptyDatasets) {
+  EXPECT_TRUE(EpochPlan::BlockOrder({}, 1, 0, 4).empty());
+  EXPECT_TRUE(EpochPlan::BlockOrder({0, 0, 0}, 1, 0, 4).empty());
+  EXPECT_EQ(EpochPlan::BlockOrder({0, 3, 0}, 1, 0, 1),
+            (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(EpochPlan::BlockOrder({5}, 1, 0, 1),
+            (std::vector<int64_t>{0, 1, 2, 3, 4}));
+
+  const std::vector<int64_t> sizes = {0, 4, 0, 0, 6, 0, 3, 0};
+  const std::vector<int64_t> starts = ShardStarts(sizes);
+  const std::vector<int64_t> order = EpochPlan::BlockOrder(sizes, 3, 2, 1);
+  ASSERT_TRUE(IsPermutationOfRange(order, 13));
+  const std::vector<int64_t> shards = ShardSequence(sizes, order);
+  EXPECT_EQ(std::set<int64_t>(shards.begin(), shards.end()),
+            (std::set<int64_t>{1, 4, 6}));
+  EXPECT_EQ(shards.size(), 3u);
+  EXPECT_TRUE(IsPermutationOfRange(EpochPlan::BlockOrder(sizes, 3, 2, 5), 13));
 }
 
 }  // namespace

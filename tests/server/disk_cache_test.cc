@@ -271,6 +271,27 @@ TEST_F(DiskCacheTest, ReopenAdoptsEntries) {
   EXPECT_EQ(cache->stats().hits, 3);
 }
 
+TEST_F(DiskCacheTest, ReopenAdoptsSmallestAndLargestKeys) {
+  const uint64_t keys[] = {0, 1, 0x8000000000000000ULL, 0xffffffffffffffffULL};
+  {
+    std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
+    ASSERT_NE(cache, nullptr);
+    int salt = 0;
+    for (const uint64_t key : keys) Put(*cache, key, Bytes(10, ++salt));
+  }
+  EXPECT_TRUE(Exists(absl::StrCat(SubDir(), "/ffffffffffffffff.blk")));
+  EXPECT_TRUE(Exists(absl::StrCat(SubDir(), "/0000000000000000.blk")));
+  std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(cache->stats().entries, 4);
+  std::string got;
+  int salt = 0;
+  for (const uint64_t key : keys) {
+    ASSERT_TRUE(Get(*cache, key, 10, &got)) << key;
+    EXPECT_EQ(got, Bytes(10, ++salt)) << key;
+  }
+}
+
 TEST_F(DiskCacheTest, ReopenWithSmallerLimitEvictsOldestByModificationTime) {
   {
     std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
@@ -407,6 +428,30 @@ TEST_F(DiskCacheTest, EntryDeletedFromDiskIsAMissAndForgotten) {
   Put(*cache, 1, Bytes(100, 1));
   EXPECT_TRUE(Get(*cache, 1, 100, &got));
   EXPECT_EQ(got, Bytes(100, 1));
+}
+
+TEST_F(DiskCacheTest, ConcurrentPutsOfOneKeyStoreItOnce) {
+  std::unique_ptr<DiskCache> cache = OpenOrDie(1 << 20);
+  ASSERT_NE(cache, nullptr);
+  const std::string data = Bytes(64 << 10, 3);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] { Put(*cache, 42, data); });
+  }
+  for (std::thread& t : threads) t.join();
+  const DiskCacheStats stats = cache->stats();
+  EXPECT_EQ(stats.entries, 1);
+  EXPECT_EQ(stats.bytes, static_cast<int64_t>(data.size()));
+  EXPECT_EQ(stats.write_errors, 0);
+  std::string got;
+  ASSERT_TRUE(Get(*cache, 42, static_cast<int64_t>(data.size()), &got));
+  EXPECT_EQ(got, data);
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(SubDir())) {
+    ++files;
+    EXPECT_EQ(entry.path().filename().string(), "000000000000002a.blk");
+  }
+  EXPECT_EQ(files, 1);
 }
 
 TEST_F(DiskCacheTest, ConcurrentPutsAndGetsReturnTheRightBytes) {

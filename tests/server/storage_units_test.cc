@@ -316,6 +316,17 @@ TEST(HttpClientTest, CreateRefusesBadOptions) {
   EXPECT_THAT(client.status().message(), HasSubstr(missing));
 }
 
+TEST(HttpClientTest, CreateRefusesCaFileThatIsADirectory) {
+  // A directory passes access(R_OK) but is no PEM bundle (a common mix-up
+  // with curl's CA *path*); every https request would fail later.
+  HttpOptions options;
+  options.ca_file = stoker::testing::TempDirForCurrentTest();
+  absl::StatusOr<std::unique_ptr<HttpClient>> client =
+      HttpClient::Create(options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(client.status().message(), HasSubstr(options.ca_file));
+}
+
 TEST(HttpClientTest, CreateAcceptsGoodOptions) {
   absl::StatusOr<std::unique_ptr<HttpClient>> client =
       HttpClient::Create(HttpOptions());

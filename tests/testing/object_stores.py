@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 NGINX = "/usr/sbin/nginx"
+# Debian's libnginx-mod-http-echo: echo_sleep delays answers (Nginx's
+# delay_ms).
+ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 S3RVER_VERSION = "3.7.1"
 FAULT_KINDS = ("reset", "503", "429", "truncate", "slow")
 START_TIMEOUT_S = 30.0
@@ -273,12 +276,19 @@ class Nginx(_Server):
     Attributes once started: base_url ("http://127.0.0.1:PORT", or https),
     port, ca_file (https only: the CA that signed the server certificate for
     127.0.0.1 and localhost), access_log (see read_access_log), error_log.
+
+    delay_ms (benchmarks): every request waits this long before nginx
+    answers it (the echo module's echo_sleep, a timer: no CPU), standing in
+    for the round trip to a distant store.
     """
 
     _name = "nginx"
 
-    def __init__(self, root_dir, https=False, tmp_dir=None, workers=2):
+    def __init__(self, root_dir, https=False, tmp_dir=None, workers=2,
+                 delay_ms=0):
         super().__init__(tmp_dir)
+        self.host = "127.0.0.1"
+        self.delay_ms = delay_ms
         self.root_dir = os.path.abspath(root_dir)
         self.https = https
         self.workers = workers
@@ -308,7 +318,7 @@ class Nginx(_Server):
             self._spawn([NGINX, "-c", conf, "-p", self.tmp_dir + "/",
                          "-g", "daemon off;"])
             scheme = "https" if self.https else "http"
-            self.base_url = "%s://127.0.0.1:%d" % (scheme, self.port)
+            self.base_url = "%s://%s:%d" % (scheme, self.host, self.port)
             if self._wait_ready():
                 return
             self._kill()  # another process has the port: try another
@@ -317,7 +327,14 @@ class Nginx(_Server):
     def _write_conf(self, tls):
         t = self.tmp_dir
         user = "user root;\n" if os.geteuid() == 0 else ""
-        listen = "listen 127.0.0.1:%d%s;" % (self.port, " ssl" if tls else "")
+        delay_module = delay_location = ""
+        if self.delay_ms > 0:
+            delay_module = "load_module %s;\n" % ECHO_MODULE
+            delay_location = (
+                "    location / {{ echo_sleep {:.3f}; echo_exec @file; }}\n"
+                "    location @file {{ }}\n".format(self.delay_ms / 1000))
+        listen = "listen %s:%d%s;" % (self.host, self.port,
+                                      " ssl" if tls else "")
         ssl_lines = ""
         if tls:
             ssl_lines = (
@@ -326,7 +343,7 @@ class Nginx(_Server):
                 "    ssl_session_cache shared:stoker_ssl:1m;\n"
                 % (tls["cert_file"], tls["key_file"]))
         conf = f"""\
-{user}worker_processes {self.workers};
+{delay_module}{user}worker_processes {self.workers};
 pid "{t}/nginx.pid";
 lock_file "{t}/nginx.lock";
 error_log "{self.error_log}" notice;
@@ -353,7 +370,7 @@ http {{
     {listen}
     server_name localhost 127.0.0.1;
 {ssl_lines}    root "{self.root_dir}";
-    location = /{_READY_PATH} {{
+{delay_location}    location = /{_READY_PATH} {{
       access_log off;
       return 204;
     }}
@@ -385,9 +402,9 @@ http {{
             try:
                 if context:
                     conn = http.client.HTTPSConnection(
-                        "127.0.0.1", self.port, timeout=2, context=context)
+                        self.host, self.port, timeout=2, context=context)
                 else:
-                    conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                    conn = http.client.HTTPConnection(self.host, self.port,
                                                       timeout=2)
                 conn.request("GET", "/" + _READY_PATH)
                 response = conn.getresponse()
