@@ -15,6 +15,12 @@ every child inherits the affinity):
               One untimed warm-up epoch, then enough epochs for
               --min_seconds. Server and client share the cores.
      tls      the same over TLS (certificates made with openssl here).
+     http     the same with the shards behind nginx, which delays every
+              answer by --http_rtt_ms (a timer, no CPU: tc netem is not
+              available in every container), read with range requests and
+              prefetch; once with the full shuffle and once with
+              shuffle=blocks (--shuffle_window), beside local files with
+              the same shuffle.
   c. peer     torch DataLoader over the same shards: PIL decode,
               RandomResizedCrop(224), RandomHorizontalFlip(), PILToTensor(),
               num_workers=cores, persistent workers, same batch size and
@@ -212,10 +218,11 @@ def shard_glob(data_dir):
 # ---------------------------------------------------------------- b. Stoker
 
 
-def server_command(args, bazel_bin, data_dir):
+def server_command(args, bazel_bin, data_dir, dataset_glob=None):
     return [
         binary(bazel_bin, "server/stoker_server"), "--port=0",
-        "--host=127.0.0.1", f"--dataset={DATASET}={shard_glob(data_dir)}",
+        "--host=127.0.0.1",
+        f"--dataset={DATASET}={dataset_glob or shard_glob(data_dir)}",
         f"--threads={args.cores}", "--log_level=info"
     ] + shlex.split(args.server_flags)
 
@@ -280,8 +287,8 @@ def run_fetch(args, bazel_bin, port, start_epoch, epochs):
     return result.stdout, parse_kv(line)
 
 
-def bench_stoker(args, bazel_bin, data_dir):
-    server = Server(server_command(args, bazel_bin, data_dir))
+def bench_stoker(args, bazel_bin, data_dir, dataset_glob=None):
+    server = Server(server_command(args, bazel_bin, data_dir, dataset_glob))
     try:
         _, warm = run_fetch(args, bazel_bin, server.port, 0, 1)
         warm_rate = float(warm["images_per_s"])
@@ -345,6 +352,60 @@ def bench_stoker_tls(args, bazel_bin, data_dir):
         return bench_stoker(tls_args, bazel_bin, data_dir)
     finally:
         shutil.rmtree(certs, ignore_errors=True)
+
+
+def request_latency_ms(url):
+    """Median time of five 1-byte range GETs of `url`, in ms."""
+    import urllib.request
+    times = []
+    for _ in range(5):
+        request = urllib.request.Request(url, headers={"Range": "bytes=0-0"})
+        start = time.perf_counter()
+        with urllib.request.urlopen(request) as response:
+            response.read()
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[2]
+
+
+def bench_stoker_http(args, bazel_bin, data_dir, local):
+    """Step b with the shards over HTTP, --http_rtt_ms away, for the full
+    shuffle and shuffle=blocks, each beside local files with the same
+    shuffle (`local` is step b's full-shuffle result)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+        __file__)), "..", "tests", "testing"))
+    import object_stores
+    shards = list_shards(data_dir)
+    names = [os.path.basename(p) for p in shards]
+    prefix = os.path.commonprefix(names)
+    digits = len(names[0]) - len(prefix) - len(".tar")
+    first, last = names[0][len(prefix):-4], names[-1][len(prefix):-4]
+    if not (prefix and digits > 0 and first.isdigit() and last.isdigit() and
+            int(last) - int(first) + 1 == len(names)):
+        raise RuntimeError("shard names are not numbered consecutively")
+    pattern_tail = f"{prefix}{{{first}..{last}}}.tar"
+    web = object_stores.Nginx(data_dir, delay_ms=args.http_rtt_ms)
+    try:
+        web.start()
+        how = (f"nginx delaying every answer by {args.http_rtt_ms:g} ms "
+               f"(echo_sleep, a timer: no CPU)")
+        results = {"how": how, "latency_ms": request_latency_ms(
+            f"{web.base_url}/{names[0]}")}
+        for mode, flags in (("full", ""),
+                            ("blocks", f" --shuffle_window={args.shuffle_window}")):
+            run_args = argparse.Namespace(**vars(args))
+            run_args.fetch_flags = args.fetch_flags + flags
+            if mode == "full" and local:
+                results["local_" + mode] = local
+            else:
+                results["local_" + mode] = bench_stoker(run_args, bazel_bin,
+                                                        data_dir)
+            run_args.server_flags = args.server_flags
+            results["http_" + mode] = bench_stoker(
+                run_args, bazel_bin, data_dir,
+                dataset_glob=f"{web.base_url}/{pattern_tail}")
+        return results
+    finally:
+        web.stop()
 
 
 def bench_client_cached(args, bazel_bin):
@@ -576,7 +637,7 @@ def ratio_of(a, b):
 
 
 def print_table(args, corpus, stoker, peer, ceiling, client, grpc, tcp,
-                foreign, tls=None):
+                foreign, tls=None, http=None):
     s_ips = stoker and stoker["images_per_s"]
     p_ips = peer and peer["images_per_s"]
     s_cpu = stoker and stoker["cpu_per_image"]
@@ -679,6 +740,21 @@ def print_table(args, corpus, stoker, peer, ceiling, client, grpc, tcp,
               f"CPU {tls['cpu_per_image'] * 1e3:.2f} ms/image (plaintext "
               f"{s_cpu * 1e3:.2f}), client {t_ms:.3f} ms/image (plaintext "
               f"{c_ms:.3f}).")
+    if http:
+        print(f"\nObject storage (step b with the shards over HTTP from "
+              f"{http['how']}; a 1-byte range GET takes "
+              f"{http['latency_ms']:.1f} ms; goal: HTTP >= 0.90x local "
+              f"files):")
+        for mode, name in (("full", "full shuffle"),
+                           ("blocks", f"shuffle=blocks, window "
+                                      f"{args.shuffle_window}")):
+            local, remote = http["local_" + mode], http["http_" + mode]
+            ratio = remote["images_per_s"] / local["images_per_s"]
+            print(f"  {name:<28} local {local['images_per_s']:7.0f} images/s"
+                  f"   HTTP {remote['images_per_s']:7.0f} images/s   "
+                  f"{ratio:.2f}x  {'PASS' if ratio >= 0.9 else 'MISS'}   "
+                  f"(CPU {local['cpu_per_image'] * 1e3:.2f} vs "
+                  f"{remote['cpu_per_image'] * 1e3:.2f} ms/image)")
     print(flush=True)
 
 
@@ -725,9 +801,13 @@ def main():
                    help="Extra stoker_server flags.")
     p.add_argument("--fetch_flags", default="",
                    help="Extra stoker_fetch flags.")
+    p.add_argument("--http_rtt_ms", type=float, default=20,
+                   help="Round-trip time added in front of nginx (http step).")
+    p.add_argument("--shuffle_window", type=int, default=256,
+                   help="Window of the http step's shuffle=blocks run.")
     p.add_argument("--skip", default="",
                    help="Comma-separated steps to skip: stoker, peer, "
-                   "tls, ceiling, client, grpc, tcp.")
+                   "tls, http, ceiling, client, grpc, tcp.")
     args = p.parse_args()
     if not 1 <= args.cores <= os.cpu_count():
         sys.exit(f"--cores must be in 1..{os.cpu_count()}")
@@ -770,6 +850,8 @@ def main():
         peer = attempt("peer", lambda: bench_peer(args, data_dir, peer_epochs))
         tls = attempt("tls", lambda: bench_stoker_tls(args, bazel_bin,
                                                       data_dir))
+        http = attempt("http", lambda: bench_stoker_http(args, bazel_bin,
+                                                         data_dir, stoker))
         ceiling = attempt("ceiling",
                           lambda: bench_ceiling(args, bazel_bin, data_dir))
         client = attempt("client",
@@ -783,7 +865,7 @@ def main():
         else:
             corpus["images"] = len(index_shards(shards))
         print_table(args, corpus, stoker, peer, ceiling, client, grpc, tcp,
-                    foreign, tls)
+                    foreign, tls, http)
     finally:
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)
