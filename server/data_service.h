@@ -62,7 +62,7 @@ struct DataServiceOptions {
   // for the streams (server/prefetcher.h; 0: no prefetching), and the local
   // disk cache (not owned; may be null).
   const storage::ObjectStore* store = nullptr;
-  int io_threads = 32;
+  int io_threads = 64;
   storage::DiskCache* disk_cache = nullptr;
 };
 

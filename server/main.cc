@@ -52,7 +52,7 @@ ABSL_FLAG(std::string, s3_region, "",
 ABSL_FLAG(std::string, storage_ca_file, "",
           "PEM CA bundle for https:// shard URLs and S3 endpoints; empty: "
           "the system's.");
-ABSL_FLAG(int, storage_max_requests, 32,
+ABSL_FLAG(int, storage_max_requests, 64,
           "Requests to object storage in flight at once, server-wide (also "
           "the number of threads that fetch ahead for the streams).");
 ABSL_FLAG(int, storage_attempts, 8,

@@ -18,6 +18,8 @@ struct Prefetcher::Range {
   std::vector<std::pair<int64_t, int64_t>> spans;
   // Unreleased batches using it (guarded by the prefetcher's mu_).
   int batches = 0;
+  // The first batch that needs it (sets the fetch order).
+  int64_t first_batch = 0;
   // Set once, by the fetch, under the prefetcher's mu_; `data` is then
   // immutable.
   bool done = false;
@@ -142,7 +144,9 @@ void Prefetcher::Plan(
         current->shard = span.shard;
         current->begin = span.begin;
         current->end = span.end;
+        current->first_batch = span.batch;
       }
+      current->first_batch = std::min(current->first_batch, span.batch);
       current->end = std::max(current->end, span.end);
       if (current->spans.empty() ||
           current->spans.back() != std::make_pair(span.begin, span.end)) {
@@ -156,6 +160,11 @@ void Prefetcher::Plan(
     }
     close_range();
   }
+  std::stable_sort(to_fetch.begin(), to_fetch.end(),
+                   [](const std::shared_ptr<Range>& a,
+                      const std::shared_ptr<Range>& b) {
+                     return a->first_batch < b->first_batch;
+                   });
   for (const std::shared_ptr<Range>& range : to_fetch) {
     range->charge = budget_->ForceCharge(range->end - range->begin);
     queue_->Push([self = shared_from_this(), range](WorkerContext*) {

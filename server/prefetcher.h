@@ -14,7 +14,8 @@
 // network; the store bounds concurrency server-wide). A span that a range
 // already planned covers is not fetched again. With the disk cache, a range
 // whose spans are all cached is read from disk instead, and a fetched
-// range's spans are written to it.
+// range's spans are written to it. Ranges are fetched in the order of the
+// first batch that needs them, so the batch being assembled comes first.
 //
 // Memory. Ranges are charged to the server's MemoryBudget (ForceCharge:
 // the stream bounds them with held_bytes()) and freed when every batch that
@@ -49,8 +50,9 @@ struct PrefetchOptions {
   // Spans of one shard this close are fetched with one request (the bytes
   // between them are read and dropped).
   int64_t merge_gap = 64 << 10;
-  // Largest range fetched with one request.
-  int64_t max_range = 16 << 20;
+  // Largest range fetched with one request. A range is usable once all of
+  // it has arrived, so smaller ranges let the first samples start sooner.
+  int64_t max_range = 4 << 20;
 };
 
 // Server-wide counters (shared by every stream's prefetcher).

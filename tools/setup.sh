@@ -23,7 +23,7 @@ PACKAGES=(
   # Object-storage reads: libcurl for the server; nginx (HTTP(S) range
   # reads) and node with npm (for s3rver, below) are the real servers of the
   # tests and the benchmark (tests/testing/object_stores.py).
-  nginx-light libcurl4-openssl-dev nodejs npm
+  nginx-light libnginx-mod-http-echo libcurl4-openssl-dev nodejs npm
 )
 
 # Packages that count as installed when their command is there: a nodejs

@@ -57,7 +57,7 @@ struct HttpOptions {
   // PEM bundle of certificate authorities for https:// (empty: the system's).
   std::string ca_file;
   // Requests in flight at once, server-wide. >= 1.
-  int max_concurrent_requests = 32;
+  int max_concurrent_requests = 64;
   // Attempts per request, the first included. >= 1.
   int max_attempts = 8;
   absl::Duration initial_backoff = absl::Milliseconds(50);
