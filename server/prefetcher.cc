@@ -126,7 +126,7 @@ void Prefetcher::Plan(
       return std::tie(a.shard, a.begin, a.end) < std::tie(b.shard, b.begin, b.end);
     });
     std::shared_ptr<Range> current;
-    auto close_range = [&] {
+    auto close_range = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (current == nullptr) return;
       held_bytes_ += current->end - current->begin;
       ranges_.emplace(std::make_pair(current->shard, current->begin), current);

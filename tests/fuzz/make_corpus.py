@@ -379,9 +379,44 @@ def data_service_corpus():
               protoc_encode("StreamBatchesRequest", text))
 
 
+# ---- shard_index_file: 8-byte shard size, then the sidecar index ----------
+
+def shard_index_corpus():
+    def index(shard_size, text):
+        encoded = subprocess.run(
+            ["protoc", "--proto_path=" + os.path.join(ROOT, "proto"),
+             "--encode=stoker.index.v1.ShardIndexFile", "shard_index.proto"],
+            input=text.encode(), stdout=subprocess.PIPE, check=True).stdout
+        return shard_size.to_bytes(8, "little") + encoded
+
+    member = 'members {{ extension: "{}" offset: {} size: {} }}'
+    two = (
+        'version: 1 shard_size: 4096 shard_name: "a.tar" '
+        'samples { key: "a" image_offset: 512 image_size: 600 format: 0 '
+        'label_offset: 1536 label_size: 2 ' + member.format("jpg", 512, 600) +
+        ' ' + member.format("cls", 1536, 2) + ' } '
+        'samples { key: "b" image_offset: 2560 image_size: 100 format: 1 '
+        'label_offset: -1 defect: "no label member" ' +
+        member.format("png", 2560, 100) + ' ' +
+        member.format("seg.png", 3072, 90) + ' }')
+    write("shard_index_file", "two_samples", index(4096, two))
+    write("shard_index_file", "damaged", index(8192, (
+        'version: 1 shard_size: 8192 truncation: "cut" damaged_samples: 1 '
+        'corrupt_regions { offset: 1024 size: 512 reason: "bad checksum" } '
+        'samples { key: "x" image_offset: 2048 image_size: 10 '
+        'label_offset: 3072 label_size: 3 defect: "truncated shard: cut" '
+        'damage: "truncated shard: cut" ' + member.format("jpg", 2048, 10) +
+        ' }')))
+    write("shard_index_file", "wrong_size", index(100, two))
+    write("shard_index_file", "outside", index(4096, two.replace(
+        "size: 90", "size: 9000")))
+    write("shard_index_file", "empty_shard", index(0, "version: 1"))
+
+
 def main():
     image_corpus()
     shard_corpus()
+    shard_index_corpus()
     transform_corpus()
     data_service_corpus()
 

@@ -279,6 +279,25 @@ TEST_F(ShardIndexFileTest, EmptyShardRoundTrips) {
   EXPECT_TRUE(decoded->index.samples().empty());
 }
 
+// Tar member names are bytes, not necessarily UTF-8 (e.g. Latin-1 names).
+TEST_F(ShardIndexFileTest, KeysThatAreNotUtf8RoundTrip) {
+  SampleRecord record;
+  record.key = "caf\xe9/\xff\xfe";
+  record.image_offset = 512;
+  record.image_size = 10;
+  record.label_offset = -1;
+  record.defect = "no label member";
+  record.members.push_back(MemberRef{"jp\xe9g", 512, 10});
+  const ShardIndex index =
+      ShardIndex::FromParts("x.tar", 0, 1024, {record}, "", {}, 0);
+  absl::StatusOr<DecodedIndex> decoded =
+      DecodeShardIndex(EncodeShardIndex(index, 1), "y.tar", 2, 1024);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->index.samples().size(), 1u);
+  EXPECT_EQ(decoded->index.samples()[0].key, record.key);
+  EXPECT_EQ(decoded->index.samples()[0].members[0].extension, "jp\xe9g");
+}
+
 TEST_F(ShardIndexFileTest, FirstBlockFnvHashesTheFirst512Bytes) {
   // FNV-1a 64 reference values.
   EXPECT_EQ(FirstBlockFnv(""), 0xcbf29ce484222325ULL);
