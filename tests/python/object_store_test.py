@@ -138,6 +138,9 @@ class ObjectStoreTest(unittest.TestCase):
             # Only range reads: no shard was downloaded whole to index it.
             self.assertTrue(shard_reads)
             self.assertTrue(all(r["range"] for r in shard_reads), shard_reads)
+            # Connections are reused (nginx numbers them).
+            connections = {r["connection"] for r in web.requests()}
+            self.assertLess(2 * len(connections), len(web.requests()))
 
     def test_a_sidecar_for_other_bytes_is_not_used(self):
         bad = st.temp_dir("bad_sidecar")
@@ -243,6 +246,37 @@ class ObjectStoreTest(unittest.TestCase):
         # All samples, in fewer requests than a full shuffle needs.
         self.assertIn(f"images={len(KEYS)}", blocks)
         self.assertLess(2 * block_reads, full_reads)
+
+    def test_python_loader_shuffle_blocks(self):
+        import stoker
+        with object_stores.Nginx(WEB) as web:
+            server = st.Server(shard_pattern(web.base_url), threads=2)
+            blocks = st.cpu_loader(server, batch_size=BATCH, seed=5,
+                                   shuffle="blocks", shuffle_window=PER_SHARD)
+            keys = [k for _, _, info in blocks.iter_with_info()
+                    for k in info["keys"]]
+            self.assertEqual(sorted(keys), KEYS)
+            # Windows as large as the shards: each window is one shard, so
+            # every run of PER_SHARD keys comes from a single shard.
+            shard_of = {k: i // PER_SHARD for i, k in enumerate(KEYS)}
+            for start in range(0, len(keys), PER_SHARD):
+                self.assertEqual(
+                    len({shard_of[k] for k in keys[start:start + PER_SHARD]}),
+                    1, keys)
+            full = st.cpu_loader(server, batch_size=BATCH, seed=5)
+            full_keys = [k for _, _, info in full.iter_with_info()
+                         for k in info["keys"]]
+            self.assertEqual(sorted(full_keys), KEYS)
+            self.assertNotEqual(full_keys, keys)
+            # Plans differ, so a state saved under one is refused by the
+            # other.
+            self.assertNotEqual(blocks.state_dict()["plan_id"],
+                                full.state_dict()["plan_id"])
+            with self.assertRaises(ValueError):
+                st.cpu_loader(server, shuffle="sometimes")
+            with self.assertRaises(ValueError):
+                st.cpu_loader(server, shuffle="blocks", shuffle_window=0)
+            stop(server)
 
     def test_an_object_replaced_after_indexing_is_refused(self):
         served = st.temp_dir("replaced")
