@@ -137,7 +137,7 @@ BatchStream::BatchStream(BatchStreamSetup setup,
   if (setup_.io_pool != nullptr && setup_.dataset->remote()) {
     prefetcher_ = Prefetcher::Create(setup_.dataset, setup_.io_pool,
                                      setup_.job, setup_.budget,
-                                     setup_.disk_cache,
+                                     setup_.range_buffers, setup_.disk_cache,
                                      setup_.prefetch_counters, options_.prefetch);
   }
 }

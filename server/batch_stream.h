@@ -109,6 +109,7 @@ struct BatchStreamSetup {
   // (null: no prefetching), the disk cache (may be null) and the
   // server-wide prefetch counters (may be null).
   WorkerPool* io_pool = nullptr;
+  BufferPool* range_buffers = nullptr;  // required with io_pool
   storage::DiskCache* disk_cache = nullptr;
   std::shared_ptr<PrefetchCounters> prefetch_counters;
 };

@@ -308,6 +308,7 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   setup.dataset = &dataset;
   setup.pool = pool_.get();
   setup.io_pool = io_pool_.get();
+  setup.range_buffers = &range_buffers_;
   setup.disk_cache = options_.disk_cache;
   setup.prefetch_counters = prefetch_counters_;
   setup.budget = budget_;

@@ -155,6 +155,8 @@ class DataService {
 
   const std::shared_ptr<PrefetchCounters> prefetch_counters_ =
       std::make_shared<PrefetchCounters>();
+  // Buffers of prefetched ranges kept for reuse (server/buffer_pool.h).
+  BufferPool range_buffers_{int64_t{256} << 20};
 
   // Threads that fetch ahead; null without datasets in object storage.
   std::unique_ptr<WorkerPool> io_pool_;

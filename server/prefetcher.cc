@@ -24,7 +24,7 @@ struct Prefetcher::Range {
   // immutable.
   bool done = false;
   absl::Status status;
-  std::unique_ptr<char[]> data;
+  PooledBuffer data;
   MemoryBudget::Charge charge;
 };
 
@@ -44,21 +44,24 @@ bool SampleSpan(const SampleRecord& record, int64_t* begin, int64_t* end) {
 
 std::shared_ptr<Prefetcher> Prefetcher::Create(
     const Dataset* dataset, WorkerPool* io, const std::string& job,
-    std::shared_ptr<MemoryBudget> budget, storage::DiskCache* cache,
-    std::shared_ptr<PrefetchCounters> counters, const PrefetchOptions& options) {
-  return std::shared_ptr<Prefetcher>(new Prefetcher(
-      dataset, io, job, std::move(budget), cache, std::move(counters), options));
+    std::shared_ptr<MemoryBudget> budget, BufferPool* buffers,
+    storage::DiskCache* cache, std::shared_ptr<PrefetchCounters> counters,
+    const PrefetchOptions& options) {
+  return std::shared_ptr<Prefetcher>(
+      new Prefetcher(dataset, io, job, std::move(budget), buffers, cache,
+                     std::move(counters), options));
 }
 
 Prefetcher::Prefetcher(const Dataset* dataset, WorkerPool* io,
                        const std::string& job,
                        std::shared_ptr<MemoryBudget> budget,
-                       storage::DiskCache* cache,
+                       BufferPool* buffers, storage::DiskCache* cache,
                        std::shared_ptr<PrefetchCounters> counters,
                        const PrefetchOptions& options)
     : dataset_(dataset),
       queue_(io->NewQueue(job)),
       budget_(std::move(budget)),
+      buffers_(buffers),
       cache_(cache),
       counters_(counters != nullptr ? std::move(counters)
                                     : std::make_shared<PrefetchCounters>()),
@@ -183,7 +186,7 @@ uint64_t Prefetcher::CacheKey(int32_t shard, int64_t begin, int64_t end) const {
 void Prefetcher::Fetch(const std::shared_ptr<Range>& range) {
   absl::Status status;
   const int64_t size = range->end - range->begin;
-  auto data = std::unique_ptr<char[]>(new char[size]);
+  PooledBuffer data = buffers_->Take(static_cast<size_t>(size));
   bool from_cache = false;
   if (cancelled_.load()) {
     status = absl::CancelledError("stream cancelled");
@@ -192,18 +195,18 @@ void Prefetcher::Fetch(const std::shared_ptr<Range>& range) {
       from_cache = true;
       for (const auto& [b, e] : range->spans) {
         if (!cache_->Get(CacheKey(range->shard, b, e), e - b,
-                         data.get() + (b - range->begin))) {
+                         data.data() + (b - range->begin))) {
           from_cache = false;
           break;
         }
       }
     }
     if (!from_cache) {
-      status = dataset_->ReadRange(range->shard, range->begin, size, data.get());
+      status = dataset_->ReadRange(range->shard, range->begin, size, data.data());
       if (status.ok() && cache_ != nullptr) {
         for (const auto& [b, e] : range->spans) {
           cache_->Put(CacheKey(range->shard, b, e),
-                      data.get() + (b - range->begin), e - b);
+                      data.data() + (b - range->begin), e - b);
         }
       }
     }
@@ -234,7 +237,7 @@ bool Prefetcher::Copy(int32_t shard, int64_t offset, int64_t size, char* dst,
     *status = r->status;
   }
   if (status->ok()) {
-    std::memcpy(dst, range->data.get() + (offset - range->begin), size);
+    std::memcpy(dst, range->data.data() + (offset - range->begin), size);
   }
   return true;
 }

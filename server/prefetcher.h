@@ -39,6 +39,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "server/buffer_pool.h"
 #include "server/dataset.h"
 #include "server/memory_budget.h"
 #include "server/storage/disk_cache.h"
@@ -66,12 +67,13 @@ struct PrefetchCounters {
 class Prefetcher : public RangeLookaside,
                    public std::enable_shared_from_this<Prefetcher> {
  public:
-  // `dataset`, `io` and `cache` (may be null) are not owned and outlive the
-  // prefetcher; `job` is its I/O queue's group; `counters` may be null.
+  // `dataset`, `io`, `buffers` and `cache` (may be null) are not owned and
+  // outlive the prefetcher; `job` is its I/O queue's group; `counters` may
+  // be null.
   static std::shared_ptr<Prefetcher> Create(
       const Dataset* dataset, WorkerPool* io, const std::string& job,
-      std::shared_ptr<MemoryBudget> budget, storage::DiskCache* cache,
-      std::shared_ptr<PrefetchCounters> counters,
+      std::shared_ptr<MemoryBudget> budget, BufferPool* buffers,
+      storage::DiskCache* cache, std::shared_ptr<PrefetchCounters> counters,
       const PrefetchOptions& options = {});
   ~Prefetcher() override;
 
@@ -102,7 +104,8 @@ class Prefetcher : public RangeLookaside,
   struct Range;
 
   Prefetcher(const Dataset* dataset, WorkerPool* io, const std::string& job,
-             std::shared_ptr<MemoryBudget> budget, storage::DiskCache* cache,
+             std::shared_ptr<MemoryBudget> budget, BufferPool* buffers,
+             storage::DiskCache* cache,
              std::shared_ptr<PrefetchCounters> counters,
              const PrefetchOptions& options);
   // The live range covering [offset, offset + size) of `shard`, or null.
@@ -116,6 +119,7 @@ class Prefetcher : public RangeLookaside,
   const Dataset* const dataset_;
   const std::unique_ptr<TaskQueue> queue_;
   const std::shared_ptr<MemoryBudget> budget_;
+  BufferPool* const buffers_;
   storage::DiskCache* const cache_;
   const std::shared_ptr<PrefetchCounters> counters_;
   const PrefetchOptions options_;
