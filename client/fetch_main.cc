@@ -40,6 +40,11 @@ ABSL_FLAG(std::string, transform,
           "RandomResizedCrop(224)|RandomHorizontalFlip()",
           "Transform pipeline, steps separated by '|'.");
 ABSL_FLAG(bool, shuffle, true, "Shuffle the sample order every epoch.");
+ABSL_FLAG(std::string, cache_mode, "none",
+          "For diagnosis: none, replay (servers resend each range's first "
+          "batch: measures the network and this client) or cached_raw "
+          "(servers keep raw sample bytes in memory: measures decode and "
+          "transform without storage).");
 ABSL_FLAG(int64_t, shuffle_window, 0,
           "With --shuffle: 0 shuffles the whole dataset; N > 0 shuffles the "
           "shards, then the samples within windows of N (shuffle=blocks, "
@@ -142,6 +147,13 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.shuffle = absl::GetFlag(FLAGS_shuffle);
   options.shuffle_window = absl::GetFlag(FLAGS_shuffle_window);
+  absl::StatusOr<stoker::v1::CacheMode> cache_mode =
+      stoker::client::ParseCacheMode(absl::GetFlag(FLAGS_cache_mode));
+  if (!cache_mode.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cache_mode: ", cache_mode.status().message()));
+  }
+  options.cache_mode = *cache_mode;
   if (options.shuffle_window < 0) {
     return absl::InvalidArgumentError("--shuffle_window must be >= 0");
   }

@@ -5,6 +5,7 @@
 #include <future>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "client/channel.h"
 #include "client/field_spec.h"
@@ -322,7 +323,36 @@ v1::StreamBatchesRequest Loader::MakeRequest(int64_t epoch,
                                     ? v1::BAD_SAMPLE_POLICY_FAIL
                                     : v1::BAD_SAMPLE_POLICY_SKIP);
   request.set_expected_fingerprint(fingerprint_);
+  request.set_cache_mode(options_.cache_mode);
   return request;
+}
+
+absl::StatusOr<v1::CacheMode> ParseCacheMode(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "none" || lower.empty()) return v1::CACHE_MODE_NONE;
+  if (lower == "replay") return v1::CACHE_MODE_REPLAY;
+  if (lower == "cached_raw") return v1::CACHE_MODE_CACHED_RAW;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cache mode must be none, replay or cached_raw, got '", text, "'"));
+}
+
+v1::ClientReport Loader::TakeReport() {
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  const absl::Duration wall = now - report_since_;
+  if (wall >= absl::Seconds(1)) {
+    const double seconds = absl::ToDoubleSeconds(wall);
+    const double waited =
+        absl::ToDoubleSeconds(stats_.consumer_wait - report_wait_);
+    last_report_.set_starvation(std::clamp(waited / seconds, 0.0, 1.0));
+    last_report_.set_images_per_second(
+        static_cast<double>(stats_.samples - report_samples_) / seconds);
+    last_report_.set_valid(true);
+    report_since_ = now;
+    report_wait_ = stats_.consumer_wait;
+    report_samples_ = stats_.samples;
+  }
+  return last_report_;
 }
 
 void Loader::FetchLoop(int endpoint) {
@@ -432,7 +462,9 @@ int64_t Loader::RunRange(int endpoint, const Lease& lease,
     channel = connections_[endpoint]->channel.get();
     active_[&context].last_progress = absl::Now();
   }
-  StreamReader reader(channel, &context, MakeRequest(epoch, lease));
+  v1::StreamBatchesRequest request = MakeRequest(epoch, lease);
+  *request.mutable_client_report() = TakeReport();
+  StreamReader reader(channel, &context, request);
   int64_t next = lease.begin;
   absl::Status local;  // our own decode/protocol errors
   while (reader.Read()) {

@@ -35,6 +35,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/batch_source.h"
@@ -82,6 +83,10 @@ struct LoaderOptions {
   // Fail (DATA_LOSS) on a corrupt or unlabeled sample instead of skipping
   // it. Skipped samples are always reported in HostBatch::skipped.
   bool fail_on_bad_sample = false;
+  // For diagnosis only (stoker.diagnose): REPLAY makes servers resend their
+  // range's first batch, CACHED_RAW keeps raw sample bytes in their memory
+  // (see CacheMode in proto/stoker.proto).
+  v1::CacheMode cache_mode = v1::CACHE_MODE_NONE;
   // Batches requested ahead of the consumer; bounds client memory to about
   // this many batches. Default 8; >= 1.
   int prefetch_batches = 8;
@@ -137,6 +142,10 @@ struct LoaderStats {
   // Batches received per server address.
   std::map<std::string, int64_t> batches_by_server;
 };
+
+// "none", "replay" or "cached_raw" (case-insensitive). InvalidArgument
+// otherwise.
+absl::StatusOr<v1::CacheMode> ParseCacheMode(absl::string_view text);
 
 class Loader : public BatchSource {
  public:
@@ -217,6 +226,9 @@ class Loader : public BatchSource {
   absl::Status StartAt(const Position& position);
   v1::StreamBatchesRequest MakeRequest(int64_t epoch,
                                        const Lease& lease) const;
+  // The consumer's starvation and rate since the previous report that
+  // covered at least a second (sent with every request).
+  v1::ClientReport TakeReport();
 
   absl::StatusOr<std::vector<std::string>> ResolveSpec(
       const ServerSpec& spec) const;
@@ -255,6 +267,12 @@ class Loader : public BatchSource {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
 
   LoaderStats stats_ ABSL_GUARDED_BY(mu_);
+  // The window of the next ClientReport: since when, and the consumer's
+  // wait and samples at that moment; the last report made.
+  absl::Time report_since_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  absl::Duration report_wait_ ABSL_GUARDED_BY(mu_);
+  int64_t report_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::ClientReport last_report_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stoker::client

@@ -134,11 +134,14 @@ BatchStream::BatchStream(BatchStreamSetup setup,
       on_ready_(std::move(on_ready)),
       next_to_schedule_(setup_.start_batch),
       next_to_prefetch_(setup_.start_batch) {
-  if (setup_.io_pool != nullptr && setup_.dataset->remote()) {
+  if (setup_.raw_cache != nullptr) {
+    lookaside_ = setup_.raw_cache.get();
+  } else if (setup_.io_pool != nullptr && setup_.dataset->remote()) {
     prefetcher_ = Prefetcher::Create(setup_.dataset, setup_.io_pool,
                                      setup_.job, setup_.budget,
                                      setup_.range_buffers, setup_.disk_cache,
                                      setup_.prefetch_counters, options_.prefetch);
+    lookaside_ = prefetcher_.get();
   }
 }
 
@@ -179,6 +182,8 @@ void BatchStream::ScheduleLocked() {
              std::max(1, options_.max_inflight_batches) &&
          next_to_schedule_ < setup_.end_batch) {
     const int64_t index = next_to_schedule_;
+    // Replay: later batches copy the first one, so they wait for it.
+    if (setup_.replay && index > setup_.start_batch && !replay_ready_) return;
     const int n = static_cast<int>(setup_.plan->BatchSize(index));
     const size_t bytes = sample_bytes_ * n;
     MemoryBudget::Charge charge = std::move(granted_);
@@ -218,6 +223,10 @@ void BatchStream::ScheduleLocked() {
     batch->scheduled_ns = common::SteadyNowNs();
     Pending* raw = batch.get();
     inflight_.push_back(std::move(batch));
+    if (setup_.replay && index > setup_.start_batch) {
+      ReplayLocked(raw);
+      continue;
+    }
     PrefetchLocked();
     for (int slot = 0; slot < n; ++slot) {
       // Tasks hold a strong reference so the stream outlives running work.
@@ -241,8 +250,36 @@ void BatchStream::OnMemoryGranted(MemoryBudget::Charge charge) {
     failed = !error_.ok();
   }
   // A grant arrives on the thread that freed memory (possibly inside gRPC),
-  // so it only wakes the transport when there is news for it.
-  if (failed) Notify();
+  // so it only wakes the transport when there is news for it (a failure,
+  // or a replayed batch, complete as soon as it is scheduled).
+  if (failed || setup_.replay) Notify();
+}
+
+void BatchStream::ReplayLocked(Pending* batch) {
+  const size_t n = batch->samples.size();
+  const size_t have = replay_labels_.size();
+  uint8_t* dst = batch->pixels->data();
+  if (have == 0) {
+    // Every sample of the first batch was skipped: nothing to replay.
+    batch->samples.clear();
+    batch->labels.clear();
+    batch->pixels->Shrink(0);
+  } else if (n <= have) {
+    std::memcpy(dst, replay_pixels_.data(), sample_bytes_ * n);
+    std::copy(replay_labels_.begin(), replay_labels_.begin() + n,
+              batch->labels.begin());
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(dst + sample_bytes_ * i,
+                  replay_pixels_.data() + sample_bytes_ * (i % have),
+                  sample_bytes_);
+      batch->labels[i] = replay_labels_[i % have];
+    }
+  }
+  batch->errors.clear();
+  batch->remaining.store(0);
+  batch->done_ns = common::SteadyNowNs();
+  complete_.insert(batch);
 }
 
 void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
@@ -256,7 +293,7 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
   } else {
     int64_t t0 = common::SteadyNowNs();
     status = setup_.dataset->Read(sample, &worker->image_bytes,
-                                  &batch->labels[slot], prefetcher_.get());
+                                  &batch->labels[slot], lookaside_);
     int64_t t1 = common::SteadyNowNs();
     batch->read_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
     if (status.ok()) {
@@ -279,6 +316,10 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
                                    std::memory_order_relaxed);
         batch->transform_ns.fetch_add(timings.transform_ns,
                                       std::memory_order_relaxed);
+        if (setup_.metrics != nullptr) {
+          setup_.metrics->ObserveSample(t1 - t0, timings.decode_ns,
+                                        timings.transform_ns);
+        }
       }
     }
   }
@@ -310,8 +351,11 @@ absl::Status BatchStream::RunFieldSample(SampleWorker* worker, Pending* batch,
   }
   const FieldSampleResult result = server::RunFieldSample(
       layout, *setup_.dataset, batch->samples[slot], setup_.seed,
-      setup_.epoch, worker->processor, worker->fields, targets,
-      prefetcher_.get());
+      setup_.epoch, worker->processor, worker->fields, targets, lookaside_);
+  if (setup_.metrics != nullptr) {
+    setup_.metrics->ObserveSample(result.read_ns, result.timings.decode_ns,
+                                  result.timings.transform_ns);
+  }
   batch->read_ns.fetch_add(result.read_ns, std::memory_order_relaxed);
   batch->decode_ns.fetch_add(result.timings.decode_ns,
                              std::memory_order_relaxed);
@@ -383,6 +427,7 @@ void BatchStream::FinishBatch(Pending* batch) {
                   : absl::DataLossError(absl::StrCat(where, ": ", s.reason()));
     }
     if (setup_.on_skipped) setup_.on_skipped(s);
+    if (setup_.metrics != nullptr) setup_.metrics->CountBadSample(error.code());
     skipped.push_back(std::move(s));
   }
   const int out = static_cast<int>(keep.size());
@@ -404,12 +449,30 @@ void BatchStream::FinishBatch(Pending* batch) {
   batch->pixels->Shrink(sample_bytes_ * out);
   batch->errors.clear();
   batch->skipped = std::move(skipped);
+  if (setup_.metrics != nullptr) {
+    setup_.metrics->ObserveAssemble(batch->done_ns - batch->scheduled_ns);
+  }
+  // Replay keeps a copy of the first batch; charged before the lock (the
+  // budget's lock is never taken under ours).
+  MemoryBudget::Charge replay_charge;
+  if (setup_.replay && batch->index == setup_.start_batch) {
+    replay_charge = setup_.budget->ForceCharge(
+        static_cast<int64_t>(batch->pixels->size()));
+  }
   {
     absl::MutexLock lock(&mu_);
     complete_.insert(batch);
     if (!fatal.ok() && error_.ok()) error_ = fatal;
     summary_.set_skipped_samples(summary_.skipped_samples() +
                                  batch->skipped.size());
+    if (setup_.replay && batch->index == setup_.start_batch) {
+      replay_pixels_.assign(reinterpret_cast<const char*>(batch->pixels->data()),
+                            batch->pixels->size());
+      replay_labels_ = batch->labels;
+      replay_charge_ = std::move(replay_charge);
+      replay_ready_ = true;
+      ScheduleLocked();
+    }
   }
   Notify();
 }
@@ -442,6 +505,9 @@ BatchStream::Polled BatchStream::Poll() {
     inflight_.pop_front();
     v1::Batch& header = polled.batch.header;
     const int n = static_cast<int>(batch->samples.size());
+    if (setup_.metrics != nullptr) {
+      setup_.metrics->ObserveQueueWait(common::SteadyNowNs() - batch->done_ns);
+    }
     header.set_batch_index(batch->index);
     header.add_shape(n);
     header.add_shape(setup_.out_height);

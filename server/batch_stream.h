@@ -38,7 +38,9 @@
 #include "proto/stoker.pb.h"
 #include "server/dataset.h"
 #include "server/memory_budget.h"
+#include "server/metrics.h"
 #include "server/prefetcher.h"
+#include "server/raw_cache.h"
 #include "server/sample_fields.h"
 #include "server/worker_pool.h"
 
@@ -110,6 +112,14 @@ struct BatchStreamSetup {
   // server-wide prefetch counters (may be null).
   WorkerPool* io_pool = nullptr;
   BufferPool* range_buffers = nullptr;  // required with io_pool
+  // Live metrics; may be null.
+  ServerMetrics* metrics = nullptr;
+  // CACHE_MODE_REPLAY: the first batch is assembled, every later one is a
+  // copy of its pixels and labels (with its own index, samples and keys).
+  // Not with fields.
+  bool replay = false;
+  // CACHE_MODE_CACHED_RAW: reads go through this cache (no prefetching).
+  std::shared_ptr<RawSampleCache> raw_cache;
   storage::DiskCache* disk_cache = nullptr;
   std::shared_ptr<PrefetchCounters> prefetch_counters;
 };
@@ -239,6 +249,9 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   // finished batch.
   void DescribeFields(Pending* batch, ReadyBatch* ready);
   void FinishBatch(Pending* batch);
+  // Replay: fills `batch` from the first batch's pixels and labels and
+  // marks it complete.
+  void ReplayLocked(Pending* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Notify();
   // Plans the fetches of the batches after those planned, up to
   // options_.prefetch_bytes ahead.
@@ -250,6 +263,8 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   std::unique_ptr<TaskQueue> queue_;
   // Null unless the dataset is in object storage and an I/O pool is set.
   std::shared_ptr<Prefetcher> prefetcher_;
+  // Where reads look first: the raw cache, the prefetcher or nothing.
+  const RangeLookaside* lookaside_ = nullptr;
   std::atomic<bool> cancelled_{false};
 
   absl::Mutex mu_;
@@ -261,6 +276,11 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   int64_t next_to_schedule_ ABSL_GUARDED_BY(mu_);
   // The first batch not yet planned by the prefetcher.
   int64_t next_to_prefetch_ ABSL_GUARDED_BY(mu_);
+  // Replay: the first batch's pixels and labels once it is complete.
+  bool replay_ready_ ABSL_GUARDED_BY(mu_) = false;
+  std::string replay_pixels_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> replay_labels_ ABSL_GUARDED_BY(mu_);
+  MemoryBudget::Charge replay_charge_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

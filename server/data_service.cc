@@ -1,5 +1,6 @@
 #include "server/data_service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -96,6 +97,43 @@ DataService::~DataService() { Stop(); }
 void DataService::Stop() {
   pool_->Stop();
   if (io_pool_ != nullptr) io_pool_->Stop();
+}
+
+std::shared_ptr<RawSampleCache> DataService::RawCacheFor(
+    const Dataset& dataset) {
+  const absl::Time now = absl::Now();
+  std::vector<std::shared_ptr<RawSampleCache>> dropped;  // freed unlocked
+  absl::MutexLock lock(&raw_mu_);
+  for (auto it = raw_caches_.begin(); it != raw_caches_.end();) {
+    if (it->first != &dataset &&
+        now - it->second.last_used > options_.raw_cache_idle) {
+      dropped.push_back(std::move(it->second.cache));
+      it = raw_caches_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  RawCacheEntry& entry = raw_caches_[&dataset];
+  if (entry.cache == nullptr ||
+      now - entry.last_used > options_.raw_cache_idle) {
+    if (entry.cache != nullptr) dropped.push_back(std::move(entry.cache));
+    const int64_t limit = options_.raw_cache_bytes > 0
+                              ? options_.raw_cache_bytes
+                              : budget_->limit() / 4;
+    entry.cache = std::make_shared<RawSampleCache>(&dataset, budget_, limit);
+  }
+  entry.last_used = now;
+  return entry.cache;
+}
+
+std::vector<JobReport> DataService::job_reports(absl::Time now,
+                                                absl::Duration max_age) const {
+  std::vector<JobReport> out;
+  absl::MutexLock lock(&reports_mu_);
+  for (const auto& [job, report] : reports_) {
+    if (now - report.at <= max_age) out.push_back(report);
+  }
+  return out;
 }
 
 v1::StorageStats DataService::storage_stats() const {
@@ -286,6 +324,31 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
         num_batches, " batches"));
   }
 
+  switch (request.cache_mode()) {
+    case v1::CACHE_MODE_NONE:
+    case v1::CACHE_MODE_CACHED_RAW:
+      break;
+    case v1::CACHE_MODE_REPLAY:
+      if (fields != nullptr) {
+        return absl::InvalidArgumentError(
+            "cache_mode REPLAY does not support requests with fields");
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown cache_mode ", request.cache_mode()));
+  }
+  if (request.client_report().valid()) {
+    const v1::ClientReport& r = request.client_report();
+    JobReport report;
+    report.job = job.empty() ? "default" : job;
+    report.starvation = std::clamp(r.starvation(), 0.0, 1.0);
+    report.images_per_second = std::max(r.images_per_second(), 0.0);
+    report.at = absl::Now();
+    absl::MutexLock lock(&reports_mu_);
+    reports_[report.job] = report;
+  }
+
   std::shared_ptr<Counters> counters = counters_;
   {
     absl::MutexLock lock(&counters->mu);
@@ -325,6 +388,11 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   setup.end_batch = end;
   setup.fail_on_bad_sample =
       request.bad_sample_policy() == v1::BAD_SAMPLE_POLICY_FAIL;
+  setup.metrics = metrics_.get();
+  setup.replay = request.cache_mode() == v1::CACHE_MODE_REPLAY;
+  if (request.cache_mode() == v1::CACHE_MODE_CACHED_RAW) {
+    setup.raw_cache = RawCacheFor(dataset);
+  }
   setup.on_skipped = [counters](const v1::SkippedSample& s) {
     counters->skipped.fetch_add(1);
     spdlog::warn("skipped sample '{}' (index {}) in shard {}: {}", s.key(),

@@ -28,7 +28,9 @@
 #include "server/dataset.h"
 #include "server/memory_budget.h"
 #include "image/sample_processor.h"
+#include "server/metrics.h"
 #include "server/prefetcher.h"
+#include "server/raw_cache.h"
 #include "server/storage/disk_cache.h"
 #include "server/storage/object_store.h"
 #include "server/worker_pool.h"
@@ -64,6 +66,20 @@ struct DataServiceOptions {
   const storage::ObjectStore* store = nullptr;
   int io_threads = 64;
   storage::DiskCache* disk_cache = nullptr;
+  // CACHE_MODE_CACHED_RAW requests: raw bytes kept in memory per dataset,
+  // at most this many (charged to the budget); 0: a quarter of
+  // max_memory_bytes. A dataset's cache is dropped once no such request
+  // has come for `raw_cache_idle`.
+  int64_t raw_cache_bytes = 0;
+  absl::Duration raw_cache_idle = absl::Minutes(2);
+};
+
+// What a job's clients last reported (ClientReport), for metrics.
+struct JobReport {
+  std::string job;  // "default" without tokens
+  double starvation = 0;
+  double images_per_second = 0;
+  absl::Time at;
 };
 
 // Counters since start, for logs and tests.
@@ -91,6 +107,16 @@ class DataService {
   // The server's reads from object storage since start (all zero without
   // a store).
   v1::StorageStats storage_stats() const;
+
+  // The latest report of every job whose clients reported within
+  // `max_age` of `now`, by job name.
+  std::vector<JobReport> job_reports(absl::Time now,
+                                     absl::Duration max_age) const;
+
+  // Live histograms and counters (server/metrics.h).
+  ServerMetrics* metrics() const { return metrics_.get(); }
+  int worker_threads() const { return options_.worker_threads; }
+  int64_t memory_limit() const { return budget_->limit(); }
 
   // Validates the request and starts producing its batches. Errors:
   // NOT_FOUND (dataset), FAILED_PRECONDITION (fingerprint), INVALID_ARGUMENT
@@ -155,6 +181,21 @@ class DataService {
 
   const std::shared_ptr<PrefetchCounters> prefetch_counters_ =
       std::make_shared<PrefetchCounters>();
+  const std::shared_ptr<ServerMetrics> metrics_ =
+      std::make_shared<ServerMetrics>();
+
+  // The raw cache of `dataset` for a CACHED_RAW request (made on first
+  // use); drops caches idle for options_.raw_cache_idle.
+  std::shared_ptr<RawSampleCache> RawCacheFor(const Dataset& dataset);
+  struct RawCacheEntry {
+    std::shared_ptr<RawSampleCache> cache;
+    absl::Time last_used;
+  };
+  absl::Mutex raw_mu_;
+  std::map<const Dataset*, RawCacheEntry> raw_caches_ ABSL_GUARDED_BY(raw_mu_);
+
+  mutable absl::Mutex reports_mu_;
+  std::map<std::string, JobReport> reports_ ABSL_GUARDED_BY(reports_mu_);
   // Buffers of prefetched ranges kept for reuse (server/buffer_pool.h).
   BufferPool range_buffers_{int64_t{256} << 20};
 

@@ -113,7 +113,10 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
                 JobStreamLimits* job_limits, GrpcService::Watchdog* watchdog,
                 grpc::CallbackServerContext* context,
                 const grpc::ByteBuffer* request_bytes)
-      : peer_(context->peer()), context_(context), watchdog_(watchdog) {
+      : peer_(context->peer()),
+        context_(context),
+        watchdog_(watchdog),
+        metrics_(service->metrics()) {
     v1::StreamBatchesRequest request;
     std::vector<grpc::Slice> slices;
     std::string bytes;
@@ -178,10 +181,18 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnWriteDone(bool ok) override {
     grpc::ByteBuffer sent;
+    int64_t send_ns = 0;
+    int64_t samples = -1;
     {
       absl::MutexLock lock(&mu_);
       write_in_flight_ = false;
       sent.Swap(&buffer_);
+      send_ns = absl::ToInt64Nanoseconds(absl::Now() - write_started_);
+      std::swap(samples, writing_samples_);
+    }
+    if (ok && samples >= 0 && metrics_ != nullptr) {
+      metrics_->ObserveSend(send_ns, static_cast<int64_t>(sent.Length()),
+                            samples);
     }
     // Freeing the batch gives its memory back to the budget, which may
     // grant it to another stream at once: never under mu_.
@@ -307,6 +318,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     BatchStream::Polled polled = stream_->Poll();
     switch (polled.kind) {
       case BatchStream::Polled::Kind::kBatch:
+        writing_samples_ = polled.batch.header.sample_indices_size();
         buffer_ = EncodeBatch(std::move(polled.batch));
         write_in_flight_ = true;
         write_started_ = absl::Now();
@@ -349,6 +361,9 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time write_started_ ABSL_GUARDED_BY(mu_);
+  // Samples of the batch being written; -1 when the write is not a batch.
+  int64_t writing_samples_ ABSL_GUARDED_BY(mu_) = -1;
+  ServerMetrics* const metrics_;
   bool idle_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   // Someone is calling StartWrite/Finish (see FinishOnce).

@@ -29,6 +29,7 @@
 #include "server/dataset.h"
 #include "image/image_probe.h"
 #include "image/ops/plugin.h"
+#include "server/metrics_exporter.h"
 #include "server/server.h"
 #include "server/storage/disk_cache.h"
 #include "server/storage/object_store.h"
@@ -119,6 +120,12 @@ ABSL_FLAG(double, max_memory_share_per_job, 1.0,
 ABSL_FLAG(int, max_streams_per_job, 0,
           "With --auth_tokens_file: streams one job may hold open at once "
           "(0: no per-job limit).");
+ABSL_FLAG(int, metrics_port, -1,
+          "If >= 0, serve Prometheus metrics at http://HOST:PORT/metrics "
+          "(0 picks a free port and logs it).");
+ABSL_FLAG(int64_t, raw_cache_bytes, 0,
+          "Memory for raw sample bytes kept by cache_mode=CACHED_RAW requests "
+          "(stoker.diagnose); 0 = a quarter of the memory budget.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -295,6 +302,13 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
   if (config.drain_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--drain_grace must be >= 0");
   }
+  config.service.raw_cache_bytes = absl::GetFlag(FLAGS_raw_cache_bytes);
+  if (config.service.raw_cache_bytes < 0) {
+    return absl::InvalidArgumentError("--raw_cache_bytes must be >= 0");
+  }
+  if (absl::GetFlag(FLAGS_metrics_port) > 65535) {
+    return absl::InvalidArgumentError("--metrics_port must be <= 65535");
+  }
   config.service.processor.dct_scaling = absl::GetFlag(FLAGS_dct_scaling);
   config.service.processor.max_image_pixels =
       absl::GetFlag(FLAGS_max_image_pixels);
@@ -428,6 +442,19 @@ int main(int argc, char** argv) {
     spdlog::error("{}", server.status().ToString());
     // Bad TLS flags are the user's to fix, like any other bad flag.
     return absl::IsInvalidArgument(server.status()) ? 2 : 1;
+  }
+  std::unique_ptr<stoker::server::MetricsExporter> metrics;
+  if (const int port = absl::GetFlag(FLAGS_metrics_port); port >= 0) {
+    absl::StatusOr<std::unique_ptr<stoker::server::MetricsExporter>> started =
+        stoker::server::MetricsExporter::Start(
+            absl::StrCat(absl::GetFlag(FLAGS_host), ":", port),
+            (*server)->service());
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().ToString());
+      return 1;
+    }
+    metrics = *std::move(started);
+    spdlog::info("metrics on port {} (/metrics)", metrics->port());
   }
   if ((*server)->health_port() != 0) {
     spdlog::info("health checks (plaintext) on port {}",

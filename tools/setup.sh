@@ -24,6 +24,11 @@ PACKAGES=(
   # reads) and node with npm (for s3rver, below) are the real servers of the
   # tests and the benchmark (tests/testing/object_stores.py).
   nginx-light libnginx-mod-http-echo libcurl4-openssl-dev nodejs npm
+  # Metrics: prometheus-cpp for the server's /metrics endpoint; the real
+  # Prometheus server and promtool of the metrics test
+  # (tests/testing/prometheus_server.py). The tests start their own
+  # Prometheus; the packaged service is not used (nor started without systemd).
+  prometheus prometheus-cpp-dev
 )
 
 # Packages that count as installed when their command is there: a nodejs

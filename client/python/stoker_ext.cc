@@ -413,6 +413,8 @@ struct Settings {
   uint64_t seed = 0;
   bool shuffle = true;
   int64_t shuffle_window = 0;
+  // none, replay or cached_raw (stoker.diagnose).
+  std::string cache_mode = "none";
   bool drop_last = false;
   int rank = 0;
   int world_size = 1;
@@ -494,6 +496,9 @@ Configured ToOptions(const Settings& s) {
   l.seed = s.seed;
   l.shuffle = s.shuffle;
   l.shuffle_window = s.shuffle_window;
+  absl::StatusOr<v1::CacheMode> cache_mode = ParseCacheMode(s.cache_mode);
+  if (!cache_mode.ok()) ThrowInvalid(std::string(cache_mode.status().message()));
+  l.cache_mode = *cache_mode;
   l.drop_last = s.drop_last;
   l.rank = s.rank;
   l.world_size = s.world_size;
@@ -824,6 +829,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def_readwrite("seed", &Settings::seed)
       .def_readwrite("shuffle", &Settings::shuffle)
       .def_readwrite("shuffle_window", &Settings::shuffle_window)
+      .def_readwrite("cache_mode", &Settings::cache_mode)
       .def_readwrite("drop_last", &Settings::drop_last)
       .def_readwrite("rank", &Settings::rank)
       .def_readwrite("world_size", &Settings::world_size)

@@ -310,6 +310,11 @@ class Loader:
         storage are read mostly sequentially (a batch then draws from one
         window, one or two shards, instead of the whole dataset).
       shuffle_window: window size of shuffle="blocks".
+      cache_mode: for diagnosis only (stoker.diagnose): "replay" makes the
+        servers resend each request's first batch (what is left to measure
+        is the network and this process), "cached_raw" has them keep raw
+        sample bytes in memory after the first epoch (decode and transform
+        without storage). None: normal loading.
       drop_last: drop this rank's last partial batch.
       rank, world_size: this process's share, as DistributedSampler (the
         order is padded by repeating samples so that every rank gets the
@@ -426,7 +431,7 @@ class Loader:
     def __init__(self, servers, dataset, batch_size=256,
                  transform="RandomResizedCrop(224)|RandomHorizontalFlip()", *,
                  seed=0, shuffle=True, shuffle_window=1024, drop_last=False,
-                 rank=None,
+                 cache_mode=None, rank=None,
                  world_size=None, device=None, dtype=torch.float32,
                  mean=IMAGENET_MEAN, std=IMAGENET_STD, channels_last=False,
                  prefetch=8, batches_per_request=4, streams_per_server=2,
@@ -466,6 +471,11 @@ class Loader:
         else:
             settings.shuffle = bool(shuffle)
         settings.drop_last = bool(drop_last)
+        if cache_mode is not None:
+            if cache_mode not in ("replay", "cached_raw", "none"):
+                raise _invalid("cache_mode must be None, 'replay' or "
+                               f"'cached_raw', got {cache_mode!r}")
+            settings.cache_mode = cache_mode
         default_rank, default_world = (0, 1)
         if rank is None or world_size is None:
             default_rank, default_world = _distributed_defaults()

@@ -1,0 +1,155 @@
+#include "server/metrics_exporter.h"
+
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
+
+namespace stoker::server {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(const char* name, const char* help, MetricType type) {
+  MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  return family;
+}
+
+void AddValue(MetricFamily* family, double value,
+              std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  if (family->type == MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family->metric.push_back(std::move(metric));
+}
+
+MetricFamily Single(const char* name, const char* help, MetricType type,
+                    double value) {
+  MetricFamily family = Family(name, help, type);
+  AddValue(&family, value);
+  return family;
+}
+
+// The figures the DataService keeps, read at scrape time.
+class ServiceCollector : public prometheus::Collectable {
+ public:
+  explicit ServiceCollector(const DataService* service) : service_(service) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    std::vector<MetricFamily> out;
+    const DataServiceStats stats = service_->stats();
+    out.push_back(Single("stoker_streams_active",
+                         "StreamBatches calls being served.", MetricType::Gauge,
+                         static_cast<double>(stats.active_streams)));
+    out.push_back(Single("stoker_streams_opened_total",
+                         "StreamBatches calls admitted.", MetricType::Counter,
+                         static_cast<double>(stats.streams_opened)));
+    out.push_back(Single(
+        "stoker_streams_refused_total",
+        "StreamBatches calls refused for capacity (--max_streams) or drain.",
+        MetricType::Counter, static_cast<double>(stats.streams_refused)));
+    MetricFamily memory =
+        Family("stoker_memory_budget_bytes",
+               "The memory budget (--max_memory_bytes): bytes charged now, "
+               "the limit, and the most ever charged.",
+               MetricType::Gauge);
+    AddValue(&memory, static_cast<double>(stats.memory.used), {{"kind", "used"}});
+    AddValue(&memory, static_cast<double>(service_->memory_limit()),
+             {{"kind", "limit"}});
+    AddValue(&memory, static_cast<double>(stats.memory.peak), {{"kind", "peak"}});
+    out.push_back(std::move(memory));
+    out.push_back(Single("stoker_worker_threads",
+                         "Decode and transform threads (--threads).",
+                         MetricType::Gauge,
+                         static_cast<double>(service_->worker_threads())));
+
+    MetricFamily starvation = Family(
+        "stoker_job_starvation_ratio",
+        "Share of the step time a job's clients last reported waiting for "
+        "data (0..1); reports older than 60 s are dropped.",
+        MetricType::Gauge);
+    MetricFamily demand = Family(
+        "stoker_job_demand_images_per_second",
+        "Images per second a job's clients last reported taking.",
+        MetricType::Gauge);
+    for (const JobReport& report :
+         service_->job_reports(absl::Now(), kJobReportMaxAge)) {
+      AddValue(&starvation, report.starvation, {{"job", report.job}});
+      AddValue(&demand, report.images_per_second, {{"job", report.job}});
+    }
+    out.push_back(std::move(starvation));
+    out.push_back(std::move(demand));
+
+    const v1::StorageStats storage = service_->storage_stats();
+    const struct {
+      const char* name;
+      const char* help;
+      int64_t value;
+    } counters[] = {
+        {"stoker_storage_requests_total",
+         "HTTP requests to object storage, retries included.",
+         storage.requests()},
+        {"stoker_storage_retries_total",
+         "Requests to object storage retried after a failure.",
+         storage.retries()},
+        {"stoker_storage_failed_requests_total",
+         "Requests to object storage that failed for good.",
+         storage.failed_requests()},
+        {"stoker_storage_bytes_total", "Bytes received from object storage.",
+         storage.bytes()},
+        {"stoker_prefetch_ranges_total",
+         "Ranges fetched ahead of the batches needing them.",
+         storage.prefetch_ranges()},
+        {"stoker_cache_hits_total",
+         "Sample spans found in the local disk cache.", storage.cache_hits()},
+        {"stoker_cache_misses_total",
+         "Sample spans not found in the local disk cache.",
+         storage.cache_misses()},
+    };
+    for (const auto& c : counters) {
+      out.push_back(Single(c.name, c.help, MetricType::Counter,
+                           static_cast<double>(c.value)));
+    }
+    return out;
+  }
+
+ private:
+  const DataService* const service_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
+    const std::string& address, const DataService* service) {
+  std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
+  try {
+    exporter->exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+  }
+  exporter->exposer_->RegisterCollectable(service->metrics()->registry());
+  exporter->collector_ = std::make_shared<ServiceCollector>(service);
+  exporter->exposer_->RegisterCollectable(exporter->collector_);
+  const std::vector<int> ports = exporter->exposer_->GetListeningPorts();
+  exporter->port_ = ports.empty() ? 0 : ports.front();
+  return exporter;
+}
+
+MetricsExporter::~MetricsExporter() = default;
+
+}  // namespace stoker::server
