@@ -88,8 +88,8 @@ class ServiceCollector : public prometheus::Collectable {
         MetricType::Gauge);
     for (const JobReport& report :
          service_->job_reports(absl::Now(), kJobReportMaxAge)) {
-      AddValue(&starvation, report.starvation, {{"job", report.job}});
-      AddValue(&demand, report.images_per_second, {{"job", report.job}});
+      AddValue(&starvation, report.starvation, {{"training_job", report.job}});
+      AddValue(&demand, report.images_per_second, {{"training_job", report.job}});
     }
     out.push_back(std::move(starvation));
     out.push_back(std::move(demand));

@@ -9,10 +9,10 @@
 //   stoker_streams_opened_total, stoker_streams_refused_total
 //   stoker_memory_budget_bytes{kind="used"|"limit"|"peak"}   gauge
 //   stoker_worker_threads                      gauge
-//   stoker_job_starvation_ratio{job}           gauge: the share of its step
+//   stoker_job_starvation_ratio{training_job} gauge: the share of its step
 //       time the job's clients last reported waiting for data (dropped 60 s
 //       after the last report): the autoscaler's signal
-//   stoker_job_demand_images_per_second{job}   gauge: the rate they took
+//   stoker_job_demand_images_per_second{training_job} gauge: the rate they took
 //   stoker_storage_requests_total, stoker_storage_retries_total,
 //   stoker_storage_failed_requests_total, stoker_storage_bytes_total,
 //   stoker_prefetch_ranges_total, stoker_cache_hits_total,

@@ -60,6 +60,7 @@ from stoker._stoker import (
     UnavailableError,
     set_log_level,
 )
+from stoker.diagnose import diagnose
 from stoker.loader import IMAGENET_MEAN, IMAGENET_STD, Loader
 
 __version__ = "0.1.0"
@@ -92,5 +93,6 @@ __all__ = [
     "ResourceExhaustedError",
     "StokerError",
     "UnavailableError",
+    "diagnose",
     "set_log_level",
 ]

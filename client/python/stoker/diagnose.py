@@ -1,0 +1,407 @@
+"""Finds where a training job's input pipeline is slow, by caching its data
+at successive points and watching where throughput falls (the caching
+method of the seed articles), without editing the training script.
+
+    import stoker
+    report = stoker.diagnose(
+        dict(servers="stoker:50051", dataset="train", batch_size=256,
+             transform="RandomResizedCrop(224)|RandomHorizontalFlip()",
+             device="cuda"),
+        step_fn=lambda images, labels: train_step(model, images, labels),
+        steps=50, chart="ladder.svg")
+    print(report.text())
+
+On the command line (stoker_diagnose) a synthetic consumer of --step_ms per
+step stands in for the model.
+
+The ladder, for the same plan (same dataset, batch size, transform):
+  1. device cached  one converted batch kept on the device, reused each step:
+                    the model alone.
+  2. host cached    one uint8 batch kept in (pinned) host memory, copied to
+                    the device and converted each step: adds the copy.
+  3. server replay  servers resend each request's first batch
+                    (cache_mode="replay"): adds the network and this
+                    process's receiving and converting.
+  4. cached raw     servers keep raw sample bytes in memory
+                    (cache_mode="cached_raw", after a pass that fills it):
+                    adds decode and transform on the servers.
+  5. full           the normal pipeline: adds reading from storage.
+Each rung reports steps/s, images/s and the share of time the step waited
+for data. A pipeline runs at its slowest stage's pace, so the first rung
+that is already about as slow as the full pipeline (within 10%) added the
+bottleneck; storage counts only if the servers' workers spent real time
+reading (at least a quarter of their decode and transform time), and the
+servers' per-stage timings split the decode-and-transform rung into read,
+decode and transform.
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+
+RUNGS = (
+    ("device_cached", "device cached", "the model alone"),
+    ("host_cached", "host cached", "+ host-to-device copy and conversion"),
+    ("server_replay", "server replay", "+ network and client"),
+    ("cached_raw", "cached raw", "+ decode and transform on the servers"),
+    ("full", "full pipeline", "+ reading from storage"),
+)
+
+# Rungs within this fraction of the full pipeline's pace count as as slow
+# as it (measurement noise).
+NOISE = 0.10
+# The full rung is storage bound only if the servers' read time is at least
+# this share of their decode and transform time.
+READ_SHARE = 0.25
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _batches(loader, epoch=0):
+    """Batches of `loader` from `epoch` on, across epoch ends."""
+    while True:
+        loader.set_epoch(epoch)
+        got = False
+        for batch in loader:
+            got = True
+            yield batch
+        if not got:
+            raise RuntimeError("the plan has no batches")
+        epoch += 1
+
+
+def _stage_seconds(before, after):
+    return {k: after[k] - before[k]
+            for k in ("server_read_s", "server_decode_s", "server_transform_s")}
+
+
+class Rung:
+    """One rung's measurement."""
+
+    def __init__(self, key, name, adds):
+        self.key, self.name, self.adds = key, name, adds
+        self.steps = 0
+        self.images = 0
+        self.seconds = 0.0
+        self.wait_seconds = 0.0
+        self.stages = None  # server CPU seconds by stage (rungs 4 and 5)
+        self.servers = 0
+
+    @property
+    def steps_per_s(self):
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def images_per_s(self):
+        return self.images / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def wait_share(self):
+        return self.wait_seconds / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self):
+        return {"rung": self.key, "name": self.name, "steps": self.steps,
+                "images": self.images, "seconds": self.seconds,
+                "steps_per_s": self.steps_per_s,
+                "images_per_s": self.images_per_s,
+                "wait_share": self.wait_share, "server_stages_s": self.stages,
+                "servers": self.servers}
+
+
+class Report:
+    """The ladder's rungs and the verdict."""
+
+    def __init__(self, rungs, batch_size):
+        self.rungs = rungs
+        self.batch_size = batch_size
+        self.bottleneck, self.advice = self._verdict()
+
+    def _verdict(self):
+        # Each rung adds a stage, and a pipeline runs at its slowest
+        # stage's pace: the first rung that is already about as slow as the
+        # full pipeline added the bottleneck.
+        last = self.rungs[-1]
+        slow = next(i for i, rung in enumerate(self.rungs)
+                    if rung.steps_per_s <= (1 + NOISE) * last.steps_per_s)
+        # Storage is only the bottleneck if the servers' workers did spend
+        # real time reading (local files in the page cache cost next to
+        # nothing): otherwise the gap between the last two rungs is noise.
+        if slow == len(self.rungs) - 1 and last.stages:
+            read = last.stages["server_read_s"]
+            work = (last.stages["server_decode_s"] +
+                    last.stages["server_transform_s"])
+            if read < READ_SHARE * work:
+                slow -= 1
+        if slow == 0:
+            first = self.rungs[0]
+            return ("model", (
+                f"model-bound: the full pipeline keeps up with the model "
+                f"({last.images_per_s:.0f} of {first.images_per_s:.0f} "
+                f"images/s, waiting {100 * last.wait_share:.0f}% of the "
+                f"time); faster input will not speed this job up"))
+        above, below = self.rungs[slow - 1], self.rungs[slow]
+        lost = f"{above.images_per_s:.0f} -> {below.images_per_s:.0f} images/s"
+        if below.key == "host_cached":
+            return ("copy", (
+                f"host-to-device copy bound ({lost}): copy less (uint8 "
+                f"batches, channels_last), from pinned memory, overlapped "
+                f"with compute"))
+        if below.key == "server_replay":
+            return ("network_client", (
+                f"network and client bound ({lost}): the servers could send "
+                f"faster than this process receives and converts; check the "
+                f"network bandwidth and this host's CPU (client CPU per "
+                f"image), add streams_per_server"))
+        if below.key == "cached_raw":
+            want = above.images_per_s
+            have = below.images_per_s
+            servers = max(below.servers, 1)
+            need = math.ceil(servers * want / have) if have > 0 else servers
+            split = ""
+            if below.stages:
+                total = sum(below.stages.values()) or 1.0
+                split = " (server CPU: " + ", ".join(
+                    f"{name} {100 * below.stages['server_' + name + '_s'] / total:.0f}%"
+                    for name in ("read", "decode", "transform")) + ")"
+            return ("decode_transform", (
+                f"decode and transform bound ({lost}){split}: this job needs "
+                f"about {need} servers like these for {want:.0f} images/s "
+                f"({servers} now)"))
+        return ("storage", (
+            f"storage bound ({lost}): reading the shards is slower than "
+            f"decoding them; use a local cache (--cache_dir), "
+            f"shuffle='blocks' for object storage, more requests in flight "
+            f"(--storage_max_requests), or faster storage"))
+
+    def text(self):
+        lines = [f"{'rung':<16}{'adds':<40}{'steps/s':>9}{'images/s':>10}"
+                 f"{'waited':>8}"]
+        for rung in self.rungs:
+            lines.append(f"{rung.name:<16}{rung.adds:<40}"
+                         f"{rung.steps_per_s:>9.2f}{rung.images_per_s:>10.0f}"
+                         f"{100 * rung.wait_share:>7.0f}%")
+        for rung in self.rungs:
+            if rung.stages:
+                total = sum(rung.stages.values())
+                per_image = {k: 1e3 * v / max(rung.images, 1)
+                             for k, v in rung.stages.items()}
+                lines.append(
+                    f"server CPU per image, {rung.name}: read "
+                    f"{per_image['server_read_s']:.2f} ms, decode "
+                    f"{per_image['server_decode_s']:.2f} ms, transform "
+                    f"{per_image['server_transform_s']:.2f} ms "
+                    f"({total:.1f} s in all)")
+        lines.append(f"bottleneck: {self.advice}")
+        return "\n".join(lines)
+
+    def as_dict(self):
+        return {"batch_size": self.batch_size, "bottleneck": self.bottleneck,
+                "advice": self.advice,
+                "rungs": [r.as_dict() for r in self.rungs]}
+
+    def write_svg(self, path):
+        """A bar chart of images/s per rung (the falling one in red), with
+        the share of time spent waiting for data."""
+        width, height, left, top, bar_h, gap = 760, 60 + 46 * len(self.rungs), 190, 40, 28, 18
+        scale = max(r.images_per_s for r in self.rungs) or 1.0
+        span = width - left - 140
+        rows = []
+        for i, rung in enumerate(self.rungs):
+            y = top + i * (bar_h + gap)
+            w = span * rung.images_per_s / scale
+            slow = self.bottleneck != "model" and rung.key == {
+                "copy": "host_cached", "network_client": "server_replay",
+                "decode_transform": "cached_raw",
+                "storage": "full"}.get(self.bottleneck)
+            color = "#d62728" if slow else "#1f77b4"
+            rows.append(
+                f'<text x="{left - 10}" y="{y + bar_h * 0.7:.1f}" '
+                f'text-anchor="end">{rung.name}</text>'
+                f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" '
+                f'fill="{color}"/>'
+                f'<text x="{left + w + 8:.1f}" y="{y + bar_h * 0.7:.1f}">'
+                f'{rung.images_per_s:.0f} img/s, waits '
+                f'{100 * rung.wait_share:.0f}%</text>')
+        advice = (self.advice.replace("&", "&amp;").replace("<", "&lt;")
+                  .replace(">", "&gt;"))
+        svg = (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+            f'height="{height}" font-family="sans-serif" font-size="13">'
+            f'<rect width="100%" height="100%" fill="white"/>'
+            f'<text x="{left}" y="22" font-size="15">Stoker input-pipeline '
+            f'ladder (batch {self.batch_size}): images/s per rung</text>'
+            + "".join(rows) +
+            f'<text x="10" y="{height - 14}" font-size="11">{advice[:140]}'
+            f'</text></svg>\n')
+        with open(path, "w") as f:
+            f.write(svg)
+
+
+def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
+             chart=None, log=None):
+    """Runs the five rungs for `loader_kwargs` (stoker.Loader's arguments)
+    and returns a Report (report.text() is the table and the verdict).
+
+    step_fn(images, labels) is one training step; None uses a synthetic
+    consumer that sleeps `step_ms` per step. Each rung runs `warmup` steps,
+    then times `steps`. `chart`: a path to write the ladder as SVG."""
+    from stoker.loader import IMAGENET_MEAN, IMAGENET_STD, Loader
+    if steps < 1 or warmup < 0:
+        raise ValueError("steps must be >= 1 and warmup >= 0")
+    if step_fn is None:
+        seconds = step_ms / 1e3
+
+        def step_fn(images, labels):
+            if seconds > 0:
+                time.sleep(seconds)
+    log = log or (lambda message: None)
+    kwargs = dict(loader_kwargs)
+    for key in ("cache_mode", "fields"):
+        if kwargs.get(key) is not None:
+            raise ValueError(f"diagnose sets {key} itself; leave it out")
+    batch_size = kwargs.get("batch_size", 256)
+    rungs = [Rung(*spec) for spec in RUNGS]
+    total = warmup + steps
+
+    def run(rung, batches, prepare=None, loader=None):
+        """Times `steps` steps after `warmup`; the time spent getting and
+        preparing each batch is waiting."""
+        device = None
+        stats_before = None
+        for i in range(total):
+            if i == warmup:
+                if device is not None:
+                    _sync(device)
+                if loader is not None:
+                    stats_before = loader.stats()
+                start = time.perf_counter()
+                waited = 0.0
+            t0 = time.perf_counter()
+            images, labels = next(batches)
+            if prepare is not None:
+                images = prepare(images)
+            device = images.device
+            t1 = time.perf_counter()
+            step_fn(images, labels)
+            if i >= warmup:
+                waited += t1 - t0
+                rung.images += images.shape[0]
+        _sync(device)
+        rung.seconds = time.perf_counter() - start
+        rung.steps = steps
+        rung.wait_seconds = waited
+        if loader is not None:
+            after = loader.stats()
+            rung.servers = len(after["batches_by_server"])
+            if rung.key in ("cached_raw", "full"):
+                rung.stages = _stage_seconds(stats_before, after)
+        log(f"{rung.name}: {rung.images_per_s:.0f} images/s, waited "
+            f"{100 * rung.wait_share:.0f}%")
+
+    # 1. One converted batch on the device.
+    with Loader(**kwargs) as loader:
+        images, labels = next(_batches(loader))
+        device = images.device
+    run(rungs[0], iter(lambda: (images, labels), None))
+
+    # 2. One uint8 batch on the host, copied and converted every step.
+    host_kwargs = dict(kwargs, device="cpu", dtype=torch.uint8)
+    dtype = kwargs.get("dtype", torch.float32)
+    with Loader(**host_kwargs) as loader:
+        host, host_labels = next(_batches(loader))
+    if device.type == "cuda":
+        host = host.pin_memory()
+    mean = torch.tensor(kwargs.get("mean", IMAGENET_MEAN), device=device,
+                        dtype=torch.float32).view(1, -1, 1, 1) * 255
+    std = torch.tensor(kwargs.get("std", IMAGENET_STD), device=device,
+                       dtype=torch.float32).view(1, -1, 1, 1) * 255
+    labels_on_device = host_labels.to(device)
+
+    def convert(batch):
+        x = batch.to(device, non_blocking=True).to(torch.float32)
+        return ((x - mean) / std).to(dtype)
+    run(rungs[1], iter(lambda: (host, labels_on_device), None),
+        prepare=convert)
+
+    # 3. Servers replay each request's first batch: few decodes, so make
+    #    the requests long.
+    replay_kwargs = dict(kwargs, cache_mode="replay",
+                         batches_per_request=max(total,
+                                                 kwargs.get("batches_per_request", 4)))
+    with Loader(**replay_kwargs) as loader:
+        run(rungs[2], _batches(loader), loader=loader)
+
+    # 4. Servers keep raw bytes: one pass fills their cache with exactly the
+    #    batches then timed.
+    with Loader(**dict(kwargs, cache_mode="cached_raw")) as loader:
+        batches = _batches(loader)
+        for _ in range(total):
+            next(batches)
+        run(rungs[3], _batches(loader), loader=loader)
+
+    # 5. The full pipeline.
+    with Loader(**kwargs) as loader:
+        run(rungs[4], _batches(loader), loader=loader)
+
+    report = Report(rungs, batch_size)
+    if chart:
+        report.write_svg(chart)
+    return report
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="stoker_diagnose",
+        description="Runs the caching ladder against Stoker servers and "
+        "names the input pipeline's bottleneck. A synthetic consumer "
+        "(--step_ms per step) stands in for the model.")
+    p.add_argument("--servers", required=True,
+                   help="host:port list or dns:///name:port")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--batch_size", type=int, default=256)
+    p.add_argument("--transform",
+                   default="RandomResizedCrop(224)|RandomHorizontalFlip()")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--step_ms", type=float, default=0.0,
+                   help="the synthetic consumer's time per step")
+    p.add_argument("--shuffle_window", type=int, default=0,
+                   help="shuffle='blocks' with this window (0: full shuffle)")
+    p.add_argument("--chart", default="",
+                   help="write the ladder as an SVG bar chart here")
+    p.add_argument("--json", default="", help="write the report as JSON here")
+    p.add_argument("--token_file", default="")
+    p.add_argument("--tls_ca", default="")
+    args = p.parse_args(argv)
+    kwargs = dict(servers=args.servers, dataset=args.dataset,
+                  batch_size=args.batch_size, transform=args.transform,
+                  device=args.device)
+    if args.shuffle_window > 0:
+        kwargs.update(shuffle="blocks", shuffle_window=args.shuffle_window)
+    if args.token_file:
+        with open(args.token_file) as f:
+            kwargs["token"] = f.read().strip()
+    if args.tls_ca:
+        kwargs["tls_ca"] = args.tls_ca
+    report = diagnose(kwargs, steps=args.steps, warmup=args.warmup,
+                      step_ms=args.step_ms, chart=args.chart or None,
+                      log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(report.text())
+    if args.chart:
+        print(f"chart: {args.chart}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report.as_dict(), f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
