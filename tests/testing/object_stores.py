@@ -22,21 +22,21 @@ removes. None of the classes are thread-safe; stop() is idempotent and also
 runs at interpreter exit.
 """
 
-import atexit
 import http.client
 import json
 import os
 import pwd
 import re
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
+
+from server_process import (
+    START_TIMEOUT_S, ServerProcess, StartError, free_port)
 
 __all__ = [
     "StartError", "free_port", "npm_dir", "make_tls_files", "read_access_log",
@@ -49,22 +49,9 @@ NGINX = "/usr/sbin/nginx"
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 S3RVER_VERSION = "3.7.1"
 FAULT_KINDS = ("reset", "503", "429", "truncate", "slow")
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
 # nginx answers this path (unlogged) to say it is up.
 _READY_PATH = "__stoker_object_store_ready"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class StartError(RuntimeError):
-    """A server did not start; the message ends with its log."""
-
-
-def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (racy by nature)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def npm_dir():
@@ -158,96 +145,9 @@ def read_access_log(path):
     return entries
 
 
-class _Server:
-    """A process in its own session, its output in log_file."""
-
-    _name = "server"
-
-    def __init__(self, tmp_dir):
-        self._tmp_parent = tmp_dir
-        self._owns_tmp = tmp_dir is None
-        self.tmp_dir = None
-        self.log_file = None
-        self._process = None
-        self._log = None
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
-
-    def start(self):
-        if self._process is not None:
-            return
-        if self._owns_tmp:
-            self.tmp_dir = tempfile.mkdtemp(prefix="stoker-%s-" % self._name)
-        else:
-            os.makedirs(self._tmp_parent, exist_ok=True)
-            self.tmp_dir = tempfile.mkdtemp(prefix=self._name + "-",
-                                            dir=self._tmp_parent)
-        atexit.register(self.stop)
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self):
-        """Kills the server's process group and waits for it; idempotent."""
-        atexit.unregister(self.stop)
-        self._kill()
-        if self._owns_tmp and self.tmp_dir:
-            shutil.rmtree(self.tmp_dir, ignore_errors=True)
-            self.tmp_dir = None
-
-    @property
-    def pid(self):
-        return self._process.pid if self._process else None
-
-    def _spawn(self, argv, env=None):
-        self.log_file = os.path.join(self.tmp_dir, self._name + ".log")
-        self._log = open(self.log_file, "ab")
-        self._process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=subprocess.STDOUT, start_new_session=True, env=env,
-            cwd=self.tmp_dir)
-
-    def _kill(self):
-        process, self._process = self._process, None
-        if process is not None:
-            for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S),
-                                (signal.SIGKILL, None)):
-                try:
-                    os.killpg(process.pid, sig)
-                except ProcessLookupError:
-                    pass
-                try:
-                    process.wait(wait_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            # Workers of the group may outlive the leader by a moment.
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def _log_text(self):
-        try:
-            with open(self.log_file, encoding="utf-8", errors="replace") as f:
-                return f.read()[-8000:]
-        except (OSError, TypeError):
-            return ""
-
-    def _fail(self, message):
-        raise StartError("%s: %s\n--- %s ---\n%s" % (
-            self._name, message, self.log_file, self._log_text()))
+class _Server(ServerProcess):
+    """ServerProcess (tmp_dir, log_file, start/stop), plus the wait for the
+    "listening on port N" line of s3rver's front and fault_proxy.py."""
 
     def _wait_for_port_line(self, timeout_s=START_TIMEOUT_S):
         """Waits for "listening on port N" in the log; returns N."""

@@ -22,17 +22,15 @@ directory that stop() removes. Not thread-safe; stop() is idempotent and also
 runs at interpreter exit.
 """
 
-import atexit
 import http.client
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
-import tempfile
 import time
 import urllib.parse
+
+from server_process import START_TIMEOUT_S, ServerProcess, StartError
+from server_process import free_port as _free_port
 
 __all__ = [
     "StartError", "QueryError", "Prometheus", "promtool_check_metrics",
@@ -42,27 +40,14 @@ __all__ = [
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 JOB = "stoker"
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
 HTTP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.5
 _PORT_ATTEMPTS = 5
 
 
-class StartError(RuntimeError):
-    """Prometheus did not start; the message ends with its log."""
-
-
 class QueryError(RuntimeError):
     """Prometheus refused a query (bad PromQL, a timeout) or answered with a
     result type query() does not take; the message has Prometheus's error."""
-
-
-def _free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (racy by nature)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _duration(seconds):
@@ -73,7 +58,7 @@ def _duration(seconds):
     return "%ds" % (ms // 1000) if ms % 1000 == 0 else "%dms" % ms
 
 
-class Prometheus:
+class Prometheus(ServerProcess):
     """/usr/bin/prometheus on 127.0.0.1, scraping `targets` every
     scrape_interval_s seconds.
 
@@ -101,6 +86,8 @@ class Prometheus:
     up{job="stoker"} to see whether the last scrape worked.
     """
 
+    _name = "prometheus"
+
     def __init__(self, targets, scrape_interval_s=1, tmp_dir=None):
         if isinstance(targets, str):
             targets = [targets]
@@ -111,54 +98,11 @@ class Prometheus:
                 raise ValueError("target %r is not host:port" % target)
         self.scrape_interval_s = scrape_interval_s
         _duration(scrape_interval_s)  # validates
-        self._tmp_parent = tmp_dir
-        self._owns_tmp = tmp_dir is None
+        super().__init__(tmp_dir)
         self.host = "127.0.0.1"
-        self.tmp_dir = None
         self.config_file = None
-        self.log_file = None
         self.base_url = None
         self.port = None
-        self._process = None
-        self._log = None
-        self._log_offset = 0
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
-
-    @property
-    def pid(self):
-        return self._process.pid if self._process else None
-
-    def start(self):
-        """Starts Prometheus and waits until it is ready; raises StartError."""
-        if self._process is not None:
-            return
-        if self._owns_tmp:
-            self.tmp_dir = tempfile.mkdtemp(prefix="stoker-prometheus-")
-        else:
-            os.makedirs(self._tmp_parent, exist_ok=True)
-            self.tmp_dir = tempfile.mkdtemp(prefix="prometheus-",
-                                            dir=self._tmp_parent)
-        atexit.register(self.stop)
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self):
-        """Kills Prometheus's process group and waits for it; idempotent."""
-        atexit.unregister(self.stop)
-        self._kill()
-        if self._owns_tmp and self.tmp_dir:
-            shutil.rmtree(self.tmp_dir, ignore_errors=True)
-            self.tmp_dir = None
 
     def query(self, promql):
         """Evaluates promql now (GET /api/v1/query).
@@ -219,12 +163,11 @@ class Prometheus:
 
     def _start(self):
         self.config_file = os.path.join(self.tmp_dir, "prometheus.yml")
-        self.log_file = os.path.join(self.tmp_dir, "prometheus.log")
         self._write_config()
         for _ in range(_PORT_ATTEMPTS):
             self.port = _free_port()
             self.base_url = "http://%s:%d" % (self.host, self.port)
-            self._spawn()
+            self._spawn_prometheus()
             if self._wait_ready():
                 return
             self._kill()  # another process took the port: try another
@@ -248,7 +191,7 @@ class Prometheus:
             json.dump(config, f, indent=2)
             f.write("\n")
 
-    def _spawn(self):
+    def _spawn_prometheus(self):
         tsdb = os.path.join(self.tmp_dir, "data")
         argv = [PROMETHEUS,
                 "--config.file=" + self.config_file,
@@ -259,13 +202,7 @@ class Prometheus:
         # any proxy too.
         env = {k: v for k, v in os.environ.items()
                if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
-        if self._log is None:
-            self._log = open(self.log_file, "ab")
-        self._log_offset = self._log.tell()
-        self._process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=subprocess.STDOUT, start_new_session=True, env=env,
-            cwd=self.tmp_dir)
+        self._spawn(argv, env)
 
     def _wait_ready(self):
         """True once /-/ready answers 200; False if the port was taken."""
@@ -273,7 +210,7 @@ class Prometheus:
         while True:
             if self._process.poll() is not None:
                 if "address already in use" in self._log_text(
-                        self._log_offset):
+                        self._spawn_log_offset):
                     return False
                 self._fail("exited with status %d" % self._process.returncode)
             try:
@@ -310,37 +247,6 @@ class Prometheus:
                 path, params, status, answer.get("errorType"),
                 answer.get("error")))
         return answer["data"]
-
-    def _kill(self):
-        process, self._process = self._process, None
-        if process is not None:
-            for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S),
-                                (signal.SIGKILL, None)):
-                try:
-                    os.killpg(process.pid, sig)
-                except ProcessLookupError:
-                    pass
-                try:
-                    process.wait(wait_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def _log_text(self, offset=0):
-        """The log from offset on (its last 8000 characters)."""
-        try:
-            with open(self.log_file, "rb") as f:
-                f.seek(offset)
-                return f.read().decode("utf-8", "replace")[-8000:]
-        except (OSError, TypeError):
-            return ""
-
-    def _fail(self, message):
-        raise StartError("prometheus: %s\n--- %s ---\n%s" % (
-            message, self.log_file, self._log_text()))
 
 
 def promtool_check_metrics(text):
