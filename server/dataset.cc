@@ -5,12 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -18,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/parallel.h"
 #include "server/storage/url.h"
 #include "spdlog/spdlog.h"
 
@@ -91,6 +90,34 @@ absl::Status CheckShardFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+// What Open leaves out, logged as it goes, and the error of the first
+// ".tar" match left out (for when none is usable).
+struct LeftOutLog {
+  const std::string& dataset;
+  std::vector<Dataset::LeftOut> entries;
+  absl::Status first_failure;
+
+  void Add(const std::string& path, const absl::Status& why) {
+    std::string reason(why.message());
+    spdlog::warn("dataset '{}': leaving out '{}': {}", dataset, path, reason);
+    entries.push_back(Dataset::LeftOut{path, std::move(reason)});
+    if (HasShardName(path) && first_failure.ok()) first_failure = why;
+  }
+};
+
+// Says what a damaged shard lost (nothing for an intact one).
+void WarnIfDamaged(const std::string& dataset, const std::string& path,
+                   const ShardIndex& index) {
+  if (!index.damaged()) return;
+  spdlog::warn(
+      "dataset '{}': shard '{}' is damaged: {}; {} of its {} samples are "
+      "readable",
+      dataset, path, index.damage(),
+      static_cast<int64_t>(index.samples().size()) -
+          index.defective_samples(),
+      index.samples().size());
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
@@ -107,24 +134,16 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   if (!paths.ok()) return paths.status();
 
   std::vector<Shard> shards;
-  std::vector<LeftOut> left_out;
-  // Error of the first .tar match left out, for when none is usable.
-  absl::Status first_failure;
+  LeftOutLog left_out{name};
   int64_t shard_names = 0;
-  auto leave_out = [&](const std::string& path, const absl::Status& why) {
-    std::string reason(why.message());
-    spdlog::warn("dataset '{}': leaving out '{}': {}", name, path, reason);
-    left_out.push_back(LeftOut{path, std::move(reason)});
-    if (HasShardName(path) && first_failure.ok()) first_failure = why;
-  };
   for (const std::string& path : *paths) {
     if (!HasShardName(path)) {
-      leave_out(path, absl::InvalidArgumentError("name does not end in .tar"));
+      left_out.Add(path, absl::InvalidArgumentError("name does not end in .tar"));
       continue;
     }
     ++shard_names;
     if (absl::Status status = CheckShardFile(path); !status.ok()) {
-      leave_out(path, status);
+      left_out.Add(path, status);
       continue;
     }
     if (shards.size() >=
@@ -135,29 +154,21 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
     absl::StatusOr<ShardIndex> index =
         ShardIndex::Build(path, static_cast<int32_t>(shards.size()));
     if (!index.ok()) {
-      leave_out(path, index.status());
+      left_out.Add(path, index.status());
       continue;
     }
     absl::StatusOr<std::unique_ptr<ShardReader>> reader =
         ShardReader::Open(*index);
     if (!reader.ok()) {
-      leave_out(path, reader.status());
+      left_out.Add(path, reader.status());
       continue;
     }
-    if (index->damaged()) {
-      spdlog::warn(
-          "dataset '{}': shard '{}' is damaged: {}; {} of its {} samples "
-          "are readable",
-          name, path, index->damage(),
-          static_cast<int64_t>(index->samples().size()) -
-              index->defective_samples(),
-          index->samples().size());
-    }
+    WarnIfDamaged(name, path, *index);
     shards.push_back(Shard{*std::move(index), *std::move(reader), 0});
   }
 
-  return Finish(name, glob, std::move(shards), std::move(left_out),
-                shard_names, first_failure, /*remote=*/false);
+  return Finish(name, glob, std::move(shards), std::move(left_out.entries),
+                shard_names, left_out.first_failure, /*remote=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
@@ -174,23 +185,16 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
                         absl::StrCat("dataset '", name, "': ",
                                      listing.status().message()));
   }
-  std::vector<LeftOut> left_out;
-  absl::Status first_failure;
+  LeftOutLog left_out{name};
   int64_t shard_names = 0;
-  auto leave_out = [&](const std::string& url, const absl::Status& why) {
-    std::string reason(why.message());
-    spdlog::warn("dataset '{}': leaving out '{}': {}", name, url, reason);
-    left_out.push_back(LeftOut{url, std::move(reason)});
-    if (HasShardName(url) && first_failure.ok()) first_failure = why;
-  };
   for (const storage::ListedFailure& failure : listing->failures) {
     ++shard_names;
-    leave_out(failure.url, failure.status);
+    left_out.Add(failure.url, failure.status);
   }
   std::vector<const storage::ObjectInfo*> objects;
   for (const storage::ObjectInfo& object : listing->objects) {
     if (!HasShardName(object.url)) {
-      leave_out(object.url,
+      left_out.Add(object.url,
                 absl::InvalidArgumentError("name does not end in .tar"));
       continue;
     }
@@ -207,45 +211,24 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
   constexpr size_t kMaxParallel = 16;
   std::vector<std::optional<absl::StatusOr<RemoteIndex>>> indexes(
       objects.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < objects.size(); i = next++) {
-      // Provisional shard numbers; renumbered below without the failures.
-      indexes[i] = IndexRemoteShard(*options.store, *objects[i],
-                                    static_cast<int32_t>(i), options.index);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < std::min(objects.size(), kMaxParallel); ++t) {
-    threads.emplace_back(work);
-  }
-  work();
-  for (std::thread& t : threads) t.join();
+  common::ParallelFor(objects.size(), kMaxParallel, [&](size_t i) {
+    // Provisional shard numbers; renumbered below without the failures.
+    indexes[i] = IndexRemoteShard(*options.store, *objects[i],
+                                  static_cast<int32_t>(i), options.index);
+  });
 
   std::vector<Shard> shards;
   int origins[3] = {0, 0, 0};
   for (size_t i = 0; i < objects.size(); ++i) {
     absl::StatusOr<RemoteIndex>& result = *indexes[i];
     if (!result.ok()) {
-      leave_out(objects[i]->url, result.status());
+      left_out.Add(objects[i]->url, result.status());
       continue;
     }
     ++origins[static_cast<int>(result->origin)];
-    const int32_t id = static_cast<int32_t>(shards.size());
-    const ShardIndex& built = result->index;
-    std::vector<SampleRecord> samples = built.samples();
-    ShardIndex index = ShardIndex::FromParts(
-        built.path(), id, built.file_size(), std::move(samples),
-        built.truncation(), built.corrupt_regions(), built.damaged_samples());
-    if (index.damaged()) {
-      spdlog::warn(
-          "dataset '{}': shard '{}' is damaged: {}; {} of its {} samples "
-          "are readable",
-          name, objects[i]->url, index.damage(),
-          static_cast<int64_t>(index.samples().size()) -
-              index.defective_samples(),
-          index.samples().size());
-    }
+    ShardIndex index = std::move(result->index);
+    index.Renumber(static_cast<int32_t>(shards.size()));
+    WarnIfDamaged(name, objects[i]->url, index);
     auto reader = std::make_unique<ShardReader>(
         objects[i]->url, MakeObjectSource(options.store, *objects[i]));
     shards.push_back(Shard{std::move(index), std::move(reader), 0,
@@ -255,8 +238,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
   spdlog::info("dataset '{}': indexes of {} objects: {} from sidecars, {} "
                "from the index cache, {} built by reading the object",
                name, shards.size(), origins[0], origins[1], origins[2]);
-  return Finish(name, pattern, std::move(shards), std::move(left_out),
-                shard_names, first_failure, /*remote=*/true);
+  return Finish(name, pattern, std::move(shards), std::move(left_out.entries),
+                shard_names, left_out.first_failure, /*remote=*/true);
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
@@ -362,12 +345,16 @@ const std::string& Dataset::shard_path(int32_t shard) const {
 }
 
 const ShardIndex& Dataset::shard_index(int32_t shard) const {
+  return ShardAt(shard).index;
+}
+
+const Dataset::Shard& Dataset::ShardAt(int32_t shard) const {
   if (shard < 0 || static_cast<size_t>(shard) >= shards_.size()) {
     spdlog::critical("Dataset shard {} out of range [0, {})", shard,
                      shards_.size());
     std::abort();
   }
-  return shards_[shard].index;
+  return shards_[shard];
 }
 
 absl::Status Dataset::CheckIndex(int64_t index) const {
@@ -402,7 +389,7 @@ absl::Status Dataset::ReadMembers(int64_t index,
 
 absl::Status Dataset::ReadRange(int32_t shard, int64_t offset, int64_t size,
                                 char* dst) const {
-  const Shard& s = shards_[shard_index(shard).shard_id()];
+  const Shard& s = ShardAt(shard);
   absl::StatusOr<int64_t> n = s.reader->source().ReadAt(offset, size, dst);
   if (!n.ok()) return n.status();
   if (*n != size) {
@@ -414,7 +401,7 @@ absl::Status Dataset::ReadRange(int32_t shard, int64_t offset, int64_t size,
 }
 
 const std::string& Dataset::shard_version(int32_t shard) const {
-  return shards_[shard_index(shard).shard_id()].version;
+  return ShardAt(shard).version;
 }
 
 }  // namespace stoker::server

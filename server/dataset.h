@@ -188,6 +188,8 @@ class Dataset {
 
   // OutOfRange unless 0 <= index < sample_count().
   absl::Status CheckIndex(int64_t index) const;
+  // shards_[shard]; crashes outside [0, shard_count()).
+  const Shard& ShardAt(int32_t shard) const;
   // Position in shards_ of the shard holding global sample `index`.
   size_t ShardOf(int64_t index) const;
 

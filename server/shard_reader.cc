@@ -717,6 +717,11 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
   return index;
 }
 
+void ShardIndex::Renumber(int32_t shard_id) {
+  shard_id_ = shard_id;
+  for (SampleRecord& record : samples_) record.shard = shard_id;
+}
+
 ShardIndex ShardIndex::FromParts(std::string path, int32_t shard_id,
                                  int64_t file_size,
                                  std::vector<SampleRecord> samples,

@@ -104,8 +104,9 @@ struct CorruptRegion {
   std::string reason;
 };
 
-// The result of scanning one shard's tar headers. Immutable after Build;
-// safe to share between threads. Copyable and movable.
+// The result of scanning one shard's tar headers. Immutable after Build
+// (Renumber aside, before it is shared); safe to share between threads.
+// Copyable and movable.
 class ShardIndex {
  public:
   // Label members longer than this many bytes are flagged as defects at index
@@ -180,6 +181,11 @@ class ShardIndex {
                               std::string truncation,
                               std::vector<CorruptRegion> corrupt_regions,
                               int64_t damaged_samples);
+
+  // Sets shard_id() and every record's `shard` to `shard_id`: for an index
+  // made before its shard's final number was known. Only before the index
+  // is shared.
+  void Renumber(int32_t shard_id);
 
   const std::string& path() const { return path_; }
   int32_t shard_id() const { return shard_id_; }

@@ -3,10 +3,8 @@
 #include <fnmatch.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <fstream>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -14,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/parallel.h"
 #include "server/storage/url.h"
 #include "server/storage/xml_scan.h"
 
@@ -132,6 +131,8 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Create(
 ObjectStore::ObjectStore(const StorageOptions& options,
                          std::unique_ptr<HttpClient> http)
     : options_(options), http_(std::move(http)) {
+  s3_endpoint_ = options.s3_endpoint;
+  while (absl::EndsWith(s3_endpoint_, "/")) s3_endpoint_.pop_back();
   region_ = options.s3_region;
   if (region_.empty()) region_ = Env("AWS_REGION");
   if (region_.empty()) region_ = Env("AWS_DEFAULT_REGION");
@@ -151,15 +152,14 @@ const SigV4* ObjectStore::SignerFor(const ObjectInfo& object) const {
                                                          : nullptr;
 }
 
+std::string ObjectStore::S3BucketUrl(const std::string& bucket) const {
+  if (!s3_endpoint_.empty()) return absl::StrCat(s3_endpoint_, "/", bucket);
+  return absl::StrCat("https://", bucket, ".s3.", region_, ".amazonaws.com");
+}
+
 std::string ObjectStore::S3RequestUrl(const std::string& bucket,
                                       const std::string& key) const {
-  std::string endpoint = options_.s3_endpoint;
-  while (absl::EndsWith(endpoint, "/")) endpoint.pop_back();
-  if (!endpoint.empty()) {
-    return absl::StrCat(endpoint, "/", bucket, "/", UriEncode(key, true));
-  }
-  return absl::StrCat("https://", bucket, ".s3.", region_, ".amazonaws.com/",
-                      UriEncode(key, true));
+  return absl::StrCat(S3BucketUrl(bucket), "/", UriEncode(key, true));
 }
 
 absl::StatusOr<Listing> ObjectStore::List(const std::string& pattern) const {
@@ -192,17 +192,9 @@ absl::StatusOr<Listing> ObjectStore::ListHttp(const std::string& pattern) const 
   urls->erase(std::unique(urls->begin(), urls->end()), urls->end());
 
   std::vector<absl::StatusOr<ObjectHeaders>> heads(urls->size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < urls->size(); i = next++) {
-      heads[i] = http_->Head((*urls)[i], nullptr);
-    }
-  };
-  std::vector<std::thread> threads;
-  const size_t n = std::min<size_t>(urls->size(), kMaxParallelHeads);
-  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
+  common::ParallelFor(urls->size(), kMaxParallelHeads, [&](size_t i) {
+    heads[i] = http_->Head((*urls)[i], nullptr);
+  });
 
   Listing listing;
   for (size_t i = 0; i < urls->size(); ++i) {
@@ -239,13 +231,9 @@ absl::StatusOr<Listing> ObjectStore::ListS3(const std::string& pattern) const {
   // One listing under the longest prefix all patterns share.
   std::string prefix(LiteralPrefix(location->key));
 
-  std::string endpoint = options_.s3_endpoint;
-  while (absl::EndsWith(endpoint, "/")) endpoint.pop_back();
-  const std::string list_base =
-      endpoint.empty()
-          ? absl::StrCat("https://", location->bucket, ".s3.", region_,
-                         ".amazonaws.com/")
-          : absl::StrCat(endpoint, "/", location->bucket);
+  // Path style lists "endpoint/bucket?..."; a virtual host lists "/?...".
+  const std::string list_base = absl::StrCat(
+      S3BucketUrl(location->bucket), s3_endpoint_.empty() ? "/" : "");
 
   Listing listing;
   std::string token;

@@ -111,6 +111,8 @@ class ObjectStore {
   // Signing credentials for s3:// requests, or an error saying how to set
   // them.
   absl::StatusOr<const SigV4*> S3Signer() const;
+  // "endpoint/bucket" (path style) or "https://bucket.s3.REGION.amazonaws.com".
+  std::string S3BucketUrl(const std::string& bucket) const;
   // The request URL of s3://bucket/key.
   std::string S3RequestUrl(const std::string& bucket,
                            const std::string& key) const;
@@ -120,6 +122,8 @@ class ObjectStore {
 
   const StorageOptions options_;
   const std::unique_ptr<HttpClient> http_;
+  // options_.s3_endpoint without trailing slashes.
+  std::string s3_endpoint_;
   std::string region_;
   // Loaded at creation; an error is reported when s3:// is first used.
   absl::StatusOr<SigV4> s3_credentials_;
