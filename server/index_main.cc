@@ -10,7 +10,6 @@
 // and falls back to indexing the shard itself if not.
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -42,28 +41,16 @@ bool IndexShard(const std::string& path, const std::string& out_dir) {
                  std::string(index.status().message()).c_str());
     return false;
   }
-  std::string first(512, '\0');
-  {
-    std::ifstream in(path, std::ios::binary);
-    in.read(first.data(), static_cast<std::streamsize>(first.size()));
-    first.resize(static_cast<size_t>(in.gcount()));
-  }
-  const std::string encoded = stoker::server::EncodeShardIndex(
-      *index, stoker::server::FirstBlockFnv(first));
+  absl::StatusOr<std::string> encoded =
+      stoker::server::EncodeLocalShardIndex(*index);
   const std::string out =
       (out_dir.empty() ? path : absl::StrCat(out_dir, "/", BaseName(path))) +
       stoker::server::kIndexSuffix;
-  const std::string temp = out + ".tmp";
-  {
-    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
-    file.write(encoded.data(), static_cast<std::streamsize>(encoded.size()));
-    if (!file) {
-      std::fprintf(stderr, "stoker_index: cannot write %s\n", temp.c_str());
-      return false;
-    }
-  }
-  if (std::rename(temp.c_str(), out.c_str()) != 0) {
-    std::perror(("stoker_index: rename to " + out).c_str());
+  absl::Status written = encoded.status();
+  if (written.ok()) written = stoker::server::WriteIndexFile(out, *encoded);
+  if (!written.ok()) {
+    std::fprintf(stderr, "stoker_index: %s: %s\n", path.c_str(),
+                 std::string(written.message()).c_str());
     return false;
   }
   std::printf("%s: %zu samples (%lld defective)%s -> %s (%zu bytes)\n",
@@ -71,7 +58,7 @@ bool IndexShard(const std::string& path, const std::string& out_dir) {
               static_cast<long long>(index->defective_samples()),
               index->damaged() ? absl::StrCat("; damaged: ", index->damage()).c_str()
                                : "",
-              out.c_str(), encoded.size());
+              out.c_str(), encoded->size());
   return true;
 }
 

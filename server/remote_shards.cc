@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,26 +60,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   in.read(data.data(), size);
   if (!in) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
   return data;
-}
-
-// Writes `data` to `path` atomically (a temporary file, then rename(2)).
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& data) {
-  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!out) {
-      ::unlink(temp.c_str());
-      return absl::UnavailableError(absl::StrCat("cannot write '", temp, "'"));
-    }
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(temp.c_str());
-    return absl::ErrnoToStatus(err, absl::StrCat("cannot rename to '", path, "'"));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<ShardIndex> FromSidecar(const storage::ObjectStore& store,
@@ -148,20 +127,17 @@ absl::StatusOr<ShardIndex> BuildByDownload(const storage::ObjectStore& store,
     return absl::Status(built.status().code(),
                         absl::StrCat(object.url, ": ", built.status().message()));
   }
-  char first[512];
-  const ssize_t n = ::pread(fd, first, sizeof(first), 0);
-  if (n < 0) return absl::ErrnoToStatus(errno, "cannot read the download");
   // Through the file format, so the index names the URL and is exactly
   // what a later run reads back from the cache.
-  const std::string encoded = EncodeShardIndex(
-      *built, FirstBlockFnv(absl::string_view(first, n)),
-      IndexFileSource{object.url, object.VersionTag()});
+  absl::StatusOr<std::string> encoded = EncodeLocalShardIndex(
+      *built, IndexFileSource{object.url, object.VersionTag()});
+  if (!encoded.ok()) return encoded.status();
   absl::StatusOr<DecodedIndex> decoded =
-      DecodeShardIndex(encoded, object.url, shard_id, object.size);
+      DecodeShardIndex(*encoded, object.url, shard_id, object.size);
   if (!decoded.ok()) return decoded.status();
   if (!options.index_cache_dir.empty()) {
     const absl::Status saved =
-        WriteFileAtomically(CachePath(options.index_cache_dir, object), encoded);
+        WriteIndexFile(CachePath(options.index_cache_dir, object), *encoded);
     if (!saved.ok()) {
       spdlog::warn("cannot keep the index of '{}' in the index cache: {}",
                    object.url, saved.ToString());

@@ -1,5 +1,9 @@
 #include "server/shard_index_file.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
 #include <utility>
 #include <vector>
 
@@ -61,6 +65,41 @@ std::string EncodeShardIndex(const ShardIndex& index, uint64_t first_block_fnv,
     r->set_reason(region.reason);
   }
   return file.SerializeAsString();
+}
+
+absl::StatusOr<std::string> EncodeLocalShardIndex(
+    const ShardIndex& index, const IndexFileSource& source) {
+  std::string first(kTarBlock, '\0');
+  {
+    std::ifstream in(index.path(), std::ios::binary);
+    if (!in) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot open shard '", index.path(), "'"));
+    }
+    in.read(first.data(), static_cast<std::streamsize>(first.size()));
+    first.resize(static_cast<size_t>(in.gcount()));
+  }
+  return EncodeShardIndex(index, FirstBlockFnv(first), source);
+}
+
+absl::Status WriteIndexFile(const std::string& path,
+                            const std::string& encoded) {
+  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out.write(encoded.data(), static_cast<std::streamsize>(encoded.size()));
+    if (!out) {
+      ::unlink(temp.c_str());
+      return absl::UnavailableError(absl::StrCat("cannot write '", temp, "'"));
+    }
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    return absl::ErrnoToStatus(err,
+                               absl::StrCat("cannot rename to '", path, "'"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DecodedIndex> DecodeShardIndex(absl::string_view bytes,

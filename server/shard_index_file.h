@@ -39,6 +39,16 @@ struct IndexFileSource {
 std::string EncodeShardIndex(const ShardIndex& index, uint64_t first_block_fnv,
                              const IndexFileSource& source = {});
 
+// EncodeShardIndex of an index built from a local file, reading the
+// file's first block for its check (index.path() names the file).
+absl::StatusOr<std::string> EncodeLocalShardIndex(
+    const ShardIndex& index, const IndexFileSource& source = {});
+
+// Writes an encoded index to `path` atomically: a temporary file beside it,
+// then rename(2), so readers never see half a file.
+absl::Status WriteIndexFile(const std::string& path,
+                            const std::string& encoded);
+
 struct DecodedIndex {
   ShardIndex index;
   uint64_t first_block_fnv = 0;
