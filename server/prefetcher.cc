@@ -213,10 +213,6 @@ void Prefetcher::Fetch(const std::shared_ptr<Range>& range) {
   }
   counters_->ranges.fetch_add(1, std::memory_order_relaxed);
   counters_->bytes.fetch_add(size, std::memory_order_relaxed);
-  if (from_cache) counters_->cached_ranges.fetch_add(1, std::memory_order_relaxed);
-  if (!status.ok() && !absl::IsCancelled(status)) {
-    counters_->failed_ranges.fetch_add(1, std::memory_order_relaxed);
-  }
   absl::MutexLock lock(&mu_);
   if (range->done) return;  // cancelled meanwhile
   if (status.ok()) range->data = std::move(data);

@@ -58,10 +58,8 @@ struct PrefetchOptions {
 
 // Server-wide counters (shared by every stream's prefetcher).
 struct PrefetchCounters {
-  std::atomic<int64_t> ranges{0};        // ranges fetched or read from disk
-  std::atomic<int64_t> bytes{0};         // their bytes
-  std::atomic<int64_t> cached_ranges{0};  // of which served by the disk cache
-  std::atomic<int64_t> failed_ranges{0};
+  std::atomic<int64_t> ranges{0};  // ranges fetched or read from disk
+  std::atomic<int64_t> bytes{0};   // their bytes
 };
 
 class Prefetcher : public RangeLookaside,

@@ -15,20 +15,21 @@ RawSampleCache::~RawSampleCache() = default;
 bool RawSampleCache::Copy(int32_t shard, int64_t offset, int64_t size,
                           char* dst, absl::Status* status) const {
   const Key key{shard, offset, size};
+  bool room = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) {
-      ++hits_;
       // Copied under the lock: a rehash moves the strings.
       std::memcpy(dst, it->second.data(), static_cast<size_t>(size));
       *status = absl::OkStatus();
       return true;
     }
-    ++misses_;
+    room = bytes_ + size <= max_bytes_;
   }
   *status = dataset_->ReadRange(shard, offset, size, dst);
-  if (!status->ok()) return true;
+  // A full cache copies nothing (checked again below: others may fill it).
+  if (!status->ok() || !room) return true;
   std::string kept(dst, static_cast<size_t>(size));
   int64_t to_charge = 0;
   {
@@ -47,21 +48,6 @@ bool RawSampleCache::Copy(int32_t shard, int64_t offset, int64_t size,
     charges_.push_back(std::move(charge));
   }
   return true;
-}
-
-int64_t RawSampleCache::bytes() const {
-  absl::MutexLock lock(&mu_);
-  return bytes_;
-}
-
-int64_t RawSampleCache::hits() const {
-  absl::MutexLock lock(&mu_);
-  return hits_;
-}
-
-int64_t RawSampleCache::misses() const {
-  absl::MutexLock lock(&mu_);
-  return misses_;
 }
 
 }  // namespace stoker::server

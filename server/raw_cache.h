@@ -35,10 +35,6 @@ class RawSampleCache : public RangeLookaside {
   bool Copy(int32_t shard, int64_t offset, int64_t size, char* dst,
             absl::Status* status) const override;
 
-  int64_t bytes() const;
-  int64_t hits() const;
-  int64_t misses() const;
-
  private:
   struct Key {
     int32_t shard;
@@ -59,8 +55,6 @@ class RawSampleCache : public RangeLookaside {
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<Key, std::string> entries_ ABSL_GUARDED_BY(mu_);
   mutable int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  mutable int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
-  mutable int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   // Charged in chunks as entries are added; given back with the cache.
   static constexpr int64_t kChargeChunk = int64_t{4} << 20;
   mutable int64_t charged_ ABSL_GUARDED_BY(mu_) = 0;
