@@ -28,35 +28,9 @@ namespace {
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 
-// Deterministic bytes, different for each salt.
-std::string Bytes(int64_t n, int salt) {
-  std::string out(n, '\0');
-  uint32_t x = 2463534242u + 7919u * salt;
-  for (char& c : out) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    c = static_cast<char>(x);
-  }
-  return out;
-}
-
 bool Exists(const std::string& path) {
   struct stat st;
   return ::lstat(path.c_str(), &st) == 0;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary);
-  out << data;
-  ASSERT_TRUE(out.good()) << path;
 }
 
 // Sets the modification time of `path` to `seconds` after the epoch.
@@ -112,7 +86,7 @@ TEST_F(DiskCacheTest, OpenRefusesNonPositiveSize) {
 TEST_F(DiskCacheTest, OpenFailsWhenDirectoryCannotBeMade) {
   // A regular file where the directory should be.
   const std::string file = absl::StrCat(dir_, "/file");
-  WriteFile(file, "x");
+  stoker::testing::WriteStringToFile(file, "x");
   absl::StatusOr<std::unique_ptr<DiskCache>> cache =
       DiskCache::Open(absl::StrCat(file, "/cache"), 1000);
   EXPECT_FALSE(cache.ok());
@@ -137,10 +111,10 @@ TEST_F(DiskCacheTest, PutThenGetReturnsTheBytes) {
   std::unique_ptr<DiskCache> cache = OpenOrDie(1 << 20);
   ASSERT_NE(cache, nullptr);
   const uint64_t key = 0x0123456789abcdefULL;
-  const std::string data = Bytes(5000, 1);
+  const std::string data = stoker::testing::FillerBytes(5000, 1);
   Put(*cache, key, data);
   EXPECT_TRUE(Exists(EntryPath(key)));
-  EXPECT_EQ(ReadFile(EntryPath(key)), data);
+  EXPECT_EQ(stoker::testing::ReadFileToString(EntryPath(key)), data);
 
   std::string got;
   ASSERT_TRUE(Get(*cache, key, 5000, &got));
@@ -167,7 +141,7 @@ TEST_F(DiskCacheTest, PutThenGetReturnsTheBytes) {
 TEST_F(DiskCacheTest, UnknownKeyOrWrongSizeMisses) {
   std::unique_ptr<DiskCache> cache = OpenOrDie(1 << 20);
   ASSERT_NE(cache, nullptr);
-  Put(*cache, 1, Bytes(100, 1));
+  Put(*cache, 1, stoker::testing::FillerBytes(100, 1));
   std::string got;
   EXPECT_FALSE(Get(*cache, 2, 100, &got));
   EXPECT_FALSE(Get(*cache, 1, 99, &got));
@@ -195,16 +169,16 @@ TEST_F(DiskCacheTest, SecondPutOfSameKeyKeepsFirstBytes) {
 TEST_F(DiskCacheTest, EvictsLeastRecentlyUsedAndStaysWithinLimit) {
   std::unique_ptr<DiskCache> cache = OpenOrDie(300);
   ASSERT_NE(cache, nullptr);
-  Put(*cache, 1, Bytes(100, 1));
-  Put(*cache, 2, Bytes(100, 2));
-  Put(*cache, 3, Bytes(100, 3));
+  Put(*cache, 1, stoker::testing::FillerBytes(100, 1));
+  Put(*cache, 2, stoker::testing::FillerBytes(100, 2));
+  Put(*cache, 3, stoker::testing::FillerBytes(100, 3));
   EXPECT_EQ(cache->stats().bytes, 300);
   EXPECT_EQ(cache->stats().evictions, 0);
 
   // Entry 1 is used again, so 2 is now the least recently used.
   std::string got;
   ASSERT_TRUE(Get(*cache, 1, 100, &got));
-  Put(*cache, 4, Bytes(100, 4));
+  Put(*cache, 4, stoker::testing::FillerBytes(100, 4));
 
   DiskCacheStats stats = cache->stats();
   EXPECT_EQ(stats.evictions, 1);
@@ -214,12 +188,12 @@ TEST_F(DiskCacheTest, EvictsLeastRecentlyUsedAndStaysWithinLimit) {
   EXPECT_FALSE(Get(*cache, 2, 100, &got));
   for (const uint64_t key : {1, 3, 4}) {
     ASSERT_TRUE(Get(*cache, key, 100, &got)) << key;
-    EXPECT_EQ(got, Bytes(100, static_cast<int>(key))) << key;
+    EXPECT_EQ(got, stoker::testing::FillerBytes(100, static_cast<int>(key))) << key;
   }
 
   // Recency now (newest first): 4, 3, 1. A 150-byte entry needs 150 bytes
   // freed, so 1 and then 3 go and 4 stays.
-  Put(*cache, 5, Bytes(150, 5));
+  Put(*cache, 5, stoker::testing::FillerBytes(150, 5));
   stats = cache->stats();
   EXPECT_EQ(stats.evictions, 3);
   EXPECT_EQ(stats.entries, 2);
@@ -228,14 +202,14 @@ TEST_F(DiskCacheTest, EvictsLeastRecentlyUsedAndStaysWithinLimit) {
   EXPECT_FALSE(Exists(EntryPath(3)));
   EXPECT_TRUE(Get(*cache, 4, 100, &got));
   EXPECT_TRUE(Get(*cache, 5, 150, &got));
-  EXPECT_EQ(got, Bytes(150, 5));
+  EXPECT_EQ(got, stoker::testing::FillerBytes(150, 5));
 }
 
 TEST_F(DiskCacheTest, EntryLargerThanCacheIsNotStored) {
   std::unique_ptr<DiskCache> cache = OpenOrDie(300);
   ASSERT_NE(cache, nullptr);
-  Put(*cache, 1, Bytes(200, 1));
-  Put(*cache, 2, Bytes(301, 2));
+  Put(*cache, 1, stoker::testing::FillerBytes(200, 1));
+  Put(*cache, 2, stoker::testing::FillerBytes(301, 2));
   std::string got;
   EXPECT_FALSE(Get(*cache, 2, 301, &got));
   EXPECT_FALSE(Exists(EntryPath(2)));
@@ -246,7 +220,7 @@ TEST_F(DiskCacheTest, EntryLargerThanCacheIsNotStored) {
   EXPECT_EQ(stats.bytes, 200);
   EXPECT_EQ(stats.evictions, 0);
   // Exactly the cache size fits.
-  Put(*cache, 3, Bytes(300, 3));
+  Put(*cache, 3, stoker::testing::FillerBytes(300, 3));
   EXPECT_TRUE(Get(*cache, 3, 300, &got));
   EXPECT_EQ(cache->stats().bytes, 300);
 }
@@ -255,7 +229,7 @@ TEST_F(DiskCacheTest, ReopenAdoptsEntries) {
   {
     std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
     ASSERT_NE(cache, nullptr);
-    for (int key = 1; key <= 3; ++key) Put(*cache, key, Bytes(100 * key, key));
+    for (int key = 1; key <= 3; ++key) Put(*cache, key, stoker::testing::FillerBytes(100 * key, key));
   }
   std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
   ASSERT_NE(cache, nullptr);
@@ -266,7 +240,7 @@ TEST_F(DiskCacheTest, ReopenAdoptsEntries) {
   std::string got;
   for (int key = 1; key <= 3; ++key) {
     ASSERT_TRUE(Get(*cache, key, 100 * key, &got)) << key;
-    EXPECT_EQ(got, Bytes(100 * key, key)) << key;
+    EXPECT_EQ(got, stoker::testing::FillerBytes(100 * key, key)) << key;
   }
   EXPECT_EQ(cache->stats().hits, 3);
 }
@@ -277,7 +251,7 @@ TEST_F(DiskCacheTest, ReopenAdoptsSmallestAndLargestKeys) {
     std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
     ASSERT_NE(cache, nullptr);
     int salt = 0;
-    for (const uint64_t key : keys) Put(*cache, key, Bytes(10, ++salt));
+    for (const uint64_t key : keys) Put(*cache, key, stoker::testing::FillerBytes(10, ++salt));
   }
   EXPECT_TRUE(Exists(absl::StrCat(SubDir(), "/ffffffffffffffff.blk")));
   EXPECT_TRUE(Exists(absl::StrCat(SubDir(), "/0000000000000000.blk")));
@@ -288,7 +262,7 @@ TEST_F(DiskCacheTest, ReopenAdoptsSmallestAndLargestKeys) {
   int salt = 0;
   for (const uint64_t key : keys) {
     ASSERT_TRUE(Get(*cache, key, 10, &got)) << key;
-    EXPECT_EQ(got, Bytes(10, ++salt)) << key;
+    EXPECT_EQ(got, stoker::testing::FillerBytes(10, ++salt)) << key;
   }
 }
 
@@ -296,7 +270,7 @@ TEST_F(DiskCacheTest, ReopenWithSmallerLimitEvictsOldestByModificationTime) {
   {
     std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
     ASSERT_NE(cache, nullptr);
-    for (int key = 1; key <= 4; ++key) Put(*cache, key, Bytes(100, key));
+    for (int key = 1; key <= 4; ++key) Put(*cache, key, stoker::testing::FillerBytes(100, key));
   }
   // Age order differs from key and write order: 3 oldest, then 1, 4, 2.
   SetMtime(EntryPath(3), 1000000);
@@ -316,13 +290,13 @@ TEST_F(DiskCacheTest, ReopenWithSmallerLimitEvictsOldestByModificationTime) {
   EXPECT_FALSE(Get(*cache, 3, 100, &got));
   EXPECT_FALSE(Get(*cache, 1, 100, &got));
   EXPECT_TRUE(Get(*cache, 2, 100, &got));
-  EXPECT_EQ(got, Bytes(100, 2));
+  EXPECT_EQ(got, stoker::testing::FillerBytes(100, 2));
   EXPECT_TRUE(Get(*cache, 4, 100, &got));
-  EXPECT_EQ(got, Bytes(100, 4));
+  EXPECT_EQ(got, stoker::testing::FillerBytes(100, 4));
 
   // Adopted entries keep their age order for later evictions: after the
   // Gets above 4 is the most recent, so a new entry evicts 2.
-  Put(*cache, 5, Bytes(100, 5));
+  Put(*cache, 5, stoker::testing::FillerBytes(100, 5));
   EXPECT_FALSE(Exists(EntryPath(2)));
   EXPECT_TRUE(Exists(EntryPath(4)));
   EXPECT_TRUE(Exists(EntryPath(5)));
@@ -346,7 +320,7 @@ TEST_F(DiskCacheTest, NeverDeletesFilesItDidNotWrite) {
       absl::StrCat(dir_, "/0123456789abcdef.blk"),  // right form, wrong dir
   };
   for (size_t i = 0; i < foreign.size(); ++i) {
-    WriteFile(foreign[i], Bytes(500, 100 + static_cast<int>(i)));
+    stoker::testing::WriteStringToFile(foreign[i], stoker::testing::FillerBytes(500, 100 + static_cast<int>(i)));
     // Older than anything the cache writes.
     SetMtime(foreign[i], 1000 + static_cast<int64_t>(i));
   }
@@ -360,7 +334,7 @@ TEST_F(DiskCacheTest, NeverDeletesFilesItDidNotWrite) {
     ASSERT_NE(cache, nullptr);
     EXPECT_EQ(cache->stats().entries, 0);
     EXPECT_EQ(cache->stats().bytes, 0);
-    for (int key = 1; key <= 20; ++key) Put(*cache, key, Bytes(100, key));
+    for (int key = 1; key <= 20; ++key) Put(*cache, key, stoker::testing::FillerBytes(100, key));
     EXPECT_EQ(cache->stats().evictions, 18);
     EXPECT_LE(cache->stats().bytes, 250);
   }
@@ -369,7 +343,7 @@ TEST_F(DiskCacheTest, NeverDeletesFilesItDidNotWrite) {
 
   for (size_t i = 0; i < foreign.size(); ++i) {
     ASSERT_TRUE(Exists(foreign[i])) << foreign[i];
-    EXPECT_EQ(ReadFile(foreign[i]), Bytes(500, 100 + static_cast<int>(i)))
+    EXPECT_EQ(stoker::testing::ReadFileToString(foreign[i]), stoker::testing::FillerBytes(500, 100 + static_cast<int>(i)))
         << foreign[i];
   }
   struct stat st;
@@ -383,9 +357,9 @@ TEST_F(DiskCacheTest, OpenRemovesStrayTemporaries) {
   const std::string stray1 = absl::StrCat(sub, "/0123456789abcdef.blk.tmp.42.0");
   const std::string stray2 = absl::StrCat(sub, "/fedcba9876543210.blk.tmp.x");
   const std::string not_ours = absl::StrCat(sub, "/notes.blk.tmp.1");
-  WriteFile(stray1, "half");
-  WriteFile(stray2, "written");
-  WriteFile(not_ours, "mine");
+  stoker::testing::WriteStringToFile(stray1, "half");
+  stoker::testing::WriteStringToFile(stray2, "written");
+  stoker::testing::WriteStringToFile(not_ours, "mine");
 
   std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
   ASSERT_NE(cache, nullptr);
@@ -401,7 +375,7 @@ TEST_F(DiskCacheTest, OpenRemovesStrayTemporaries) {
 TEST_F(DiskCacheTest, PutLeavesNoTemporaryBehind) {
   std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
   ASSERT_NE(cache, nullptr);
-  for (int key = 1; key <= 5; ++key) Put(*cache, key, Bytes(300, key));
+  for (int key = 1; key <= 5; ++key) Put(*cache, key, stoker::testing::FillerBytes(300, key));
   // Only entry files remain: count the directory's entries.
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(SubDir())) {
@@ -417,7 +391,7 @@ TEST_F(DiskCacheTest, PutLeavesNoTemporaryBehind) {
 TEST_F(DiskCacheTest, EntryDeletedFromDiskIsAMissAndForgotten) {
   std::unique_ptr<DiskCache> cache = OpenOrDie(1000);
   ASSERT_NE(cache, nullptr);
-  Put(*cache, 1, Bytes(100, 1));
+  Put(*cache, 1, stoker::testing::FillerBytes(100, 1));
   ASSERT_EQ(::unlink(EntryPath(1).c_str()), 0);
   std::string got;
   EXPECT_FALSE(Get(*cache, 1, 100, &got));
@@ -425,15 +399,15 @@ TEST_F(DiskCacheTest, EntryDeletedFromDiskIsAMissAndForgotten) {
   EXPECT_EQ(stats.entries, 0);
   EXPECT_EQ(stats.bytes, 0);
   // It can be stored again.
-  Put(*cache, 1, Bytes(100, 1));
+  Put(*cache, 1, stoker::testing::FillerBytes(100, 1));
   EXPECT_TRUE(Get(*cache, 1, 100, &got));
-  EXPECT_EQ(got, Bytes(100, 1));
+  EXPECT_EQ(got, stoker::testing::FillerBytes(100, 1));
 }
 
 TEST_F(DiskCacheTest, ConcurrentPutsOfOneKeyStoreItOnce) {
   std::unique_ptr<DiskCache> cache = OpenOrDie(1 << 20);
   ASSERT_NE(cache, nullptr);
-  const std::string data = Bytes(64 << 10, 3);
+  const std::string data = stoker::testing::FillerBytes(64 << 10, 3);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] { Put(*cache, 42, data); });
@@ -473,9 +447,9 @@ TEST_F(DiskCacheTest, ConcurrentPutsAndGetsReturnTheRightBytes) {
           const int key = 1 + t * kKeysPerThread + i;
           if (Get(*cache, key, kEntryBytes, &got)) {
             ++hits[t];
-            if (got != Bytes(kEntryBytes, key)) ++wrong[t];
+            if (got != stoker::testing::FillerBytes(kEntryBytes, key)) ++wrong[t];
           } else {
-            Put(*cache, key, Bytes(kEntryBytes, key));
+            Put(*cache, key, stoker::testing::FillerBytes(kEntryBytes, key));
           }
         }
       }

@@ -33,32 +33,6 @@ using ::testing::Not;
 
 constexpr char kRemotePath[] = "http://h/x.tar";
 
-// Deterministic filler standing in for image bytes.
-std::string Bytes(int n, int salt) {
-  std::string out(n, '\0');
-  uint32_t x = 2463534242u + 7919u * salt;
-  for (char& c : out) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    c = static_cast<char>(x);
-  }
-  return out;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << data;
-  ASSERT_TRUE(out.good()) << path;
-}
-
 int64_t FileSize(const std::string& path) {
   struct stat st;
   EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
@@ -69,12 +43,12 @@ int64_t FileSize(const std::string& path) {
 // and one whose label comes first; plus a stray file that is no sample.
 std::vector<TarMember> Members() {
   return {
-      {"a.jpg", Bytes(1000, 1)},    {"a.cls", "1\n"},
-      {"a.txt", "caption of a"},    {"dir/b.png", Bytes(600, 2)},
-      {"dir/b.cls", "2"},           {"c.jpg", Bytes(700, 3)},
+      {"a.jpg", stoker::testing::FillerBytes(1000, 1)},    {"a.cls", "1\n"},
+      {"a.txt", "caption of a"},    {"dir/b.png", stoker::testing::FillerBytes(600, 2)},
+      {"dir/b.cls", "2"},           {"c.jpg", stoker::testing::FillerBytes(700, 3)},
       {"c.txt", "c has no label"},  {"README.md", "not a sample"},
-      {"d.cls", "4\n"},             {"d.webp", Bytes(513, 4)},
-      {"d.json", "{\"k\": 1}"},     {"e.jpeg", Bytes(512, 5)},
+      {"d.cls", "4\n"},             {"d.webp", stoker::testing::FillerBytes(513, 4)},
+      {"d.json", "{\"k\": 1}"},     {"e.jpeg", stoker::testing::FillerBytes(512, 5)},
       {"e.cls", "5"},
   };
 }
@@ -179,7 +153,7 @@ TEST_F(ShardIndexFileTest, BuiltShardHasTheExpectedSamples) {
 }
 
 TEST_F(ShardIndexFileTest, RoundTripKeepsEveryField) {
-  const std::string shard = ReadFile(path_);
+  const std::string shard = stoker::testing::ReadFileToString(path_);
   const uint64_t fnv = FirstBlockFnv(shard);
   const std::string bytes = EncodeShardIndex(
       built(), fnv, IndexFileSource{"s3://bucket/x.tar", "etag:\"abc\""});
@@ -221,7 +195,7 @@ TEST_F(ShardIndexFileTest, DecodedIndexReadsTheSameSamples) {
   int32_t label = -1;
   const SampleRecord& e = decoded->index.samples()[4];
   ASSERT_TRUE((*reader)->ReadSample(e, &image, &label).ok());
-  EXPECT_EQ(image, Bytes(512, 5));
+  EXPECT_EQ(image, stoker::testing::FillerBytes(512, 5));
   EXPECT_EQ(label, 5);
   const SampleRecord& c = decoded->index.samples()[2];
   EXPECT_EQ((*reader)->ReadSample(c, &image, &label).code(),
@@ -249,11 +223,11 @@ TEST_F(ShardIndexFileTest, TruncatedShardRoundTripsItsDamage) {
 
 TEST_F(ShardIndexFileTest, CorruptShardRoundTripsItsCorruptRegions) {
   const std::string bad = absl::StrCat(dir_, "/corrupt.tar");
-  std::string data = ReadFile(path_);
+  std::string data = stoker::testing::ReadFileToString(path_);
   // Flip a bit in the name of c.jpg's header: its checksum fails.
   const int64_t header = built().samples()[2].image_offset - 512;
   data[header + 1] ^= 0x04;
-  WriteFile(bad, data);
+  stoker::testing::WriteStringToFile(bad, data);
   absl::StatusOr<ShardIndex> index = ShardIndex::Build(bad, 2);
   ASSERT_TRUE(index.ok()) << index.status();
   ASSERT_EQ(index->corrupt_regions().size(), 1u);
@@ -304,8 +278,8 @@ TEST_F(ShardIndexFileTest, FirstBlockFnvHashesTheFirst512Bytes) {
   EXPECT_EQ(FirstBlockFnv("a"), 0xaf63dc4c8601ec8cULL);
   EXPECT_EQ(FirstBlockFnv("foobar"), 0x85944171f73967e8ULL);
 
-  std::string block = Bytes(512, 9);
-  std::string longer = block + Bytes(600, 10);
+  std::string block = stoker::testing::FillerBytes(512, 9);
+  std::string longer = block + stoker::testing::FillerBytes(600, 10);
   EXPECT_EQ(FirstBlockFnv(longer), FirstBlockFnv(block));
   longer[700] ^= 1;  // past the first block: ignored
   EXPECT_EQ(FirstBlockFnv(longer), FirstBlockFnv(block));

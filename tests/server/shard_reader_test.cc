@@ -33,19 +33,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-// Deterministic filler standing in for image bytes.
-std::string Bytes(int n, int salt) {
-  std::string out(n, '\0');
-  uint32_t x = 2463534242u + salt;
-  for (char& c : out) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    c = static_cast<char>(x);
-  }
-  return out;
-}
-
 class ShardReaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -99,8 +86,8 @@ class ShardReaderTest : public ::testing::Test {
 };
 
 TEST_F(ShardReaderTest, IndexesShardWrittenByTarWriter) {
-  const std::string a_jpg = Bytes(1000, 1), b_png = Bytes(513, 2),
-                    d_jpg = Bytes(512, 3);
+  const std::string a_jpg = stoker::testing::FillerBytes(1000, 1), b_png = stoker::testing::FillerBytes(513, 2),
+                    d_jpg = stoker::testing::FillerBytes(512, 3);
   const std::string path = Path("shard.tar");
   ASSERT_TRUE(WriteTarFile(path, {{"a.cls", "3\n"},
                                   {"a.jpg", a_jpg},
@@ -157,7 +144,7 @@ TEST_F(ShardReaderTest, IndexesShardWrittenByGnuTar) {
   const std::string tar = GnuTar();
   if (tar.empty()) GTEST_SKIP() << "GNU tar is not installed";
   const std::string src = Path("src");
-  const std::string x_jpg = Bytes(2000, 4), y_jpg = Bytes(77, 5);
+  const std::string x_jpg = stoker::testing::FillerBytes(2000, 4), y_jpg = stoker::testing::FillerBytes(77, 5);
   WriteFile(src + "/x.jpg", x_jpg);
   WriteFile(src + "/x.cls", "5\n");
   WriteFile(src + "/sub/y.JPG", y_jpg);
@@ -194,7 +181,7 @@ TEST_F(ShardReaderTest, ReadsLongNamesInGnuAndPaxArchives) {
       std::string(60, 'd') + "/" + std::string(70, 'e');
   const std::string long_base = std::string(120, 'k');
   const std::string src = Path("src");
-  const std::string image = Bytes(3000, 6);
+  const std::string image = stoker::testing::FillerBytes(3000, 6);
   WriteFile(absl::StrCat(src, "/", long_dir, "/", long_base, ".jpg"), image);
   WriteFile(absl::StrCat(src, "/", long_dir, "/", long_base, ".cls"), "42\n");
   for (const std::string format : {"gnu", "pax"}) {
@@ -290,7 +277,7 @@ TEST_F(ShardReaderTest, TruncatedMidMemberKeepsEarlierSamples) {
   std::vector<TarMember> members;
   for (int i = 0; i < 3; ++i) {
     members.push_back({absl::StrCat("s", i, ".cls"), absl::StrCat(i, "\n")});
-    members.push_back({absl::StrCat("s", i, ".jpg"), Bytes(3000, i)});
+    members.push_back({absl::StrCat("s", i, ".jpg"), stoker::testing::FillerBytes(3000, i)});
   }
   ASSERT_TRUE(WriteTarFile(path, members).ok());
   const ShardIndex intact = BuildOrDie(path);
@@ -311,7 +298,7 @@ TEST_F(ShardReaderTest, TruncatedMidMemberKeepsEarlierSamples) {
   std::string bytes;
   int32_t label = -1;
   ASSERT_TRUE(reader->ReadSample(index.samples()[1], &bytes, &label).ok());
-  EXPECT_EQ(bytes, Bytes(3000, 1));
+  EXPECT_EQ(bytes, stoker::testing::FillerBytes(3000, 1));
   EXPECT_EQ(label, 1);
   const absl::Status status =
       reader->ReadSample(index.samples()[2], &bytes, &label);
@@ -322,9 +309,9 @@ TEST_F(ShardReaderTest, TruncatedMidMemberKeepsEarlierSamples) {
 
 TEST_F(ShardReaderTest, TruncatedAtMemberBoundaryMarksIncompleteLastSample) {
   const std::string path = Path("boundary.tar");
-  ASSERT_TRUE(WriteTarFile(path, {{"a.jpg", Bytes(600, 1)},
+  ASSERT_TRUE(WriteTarFile(path, {{"a.jpg", stoker::testing::FillerBytes(600, 1)},
                                   {"a.cls", "1"},
-                                  {"b.jpg", Bytes(600, 2)},
+                                  {"b.jpg", stoker::testing::FillerBytes(600, 2)},
                                   {"b.cls", "2"}})
                   .ok());
   const ShardIndex intact = BuildOrDie(path);
@@ -358,7 +345,7 @@ std::vector<TarMember> FourSamples() {
   for (int i = 0; i < 4; ++i) {
     const std::string key(1, static_cast<char>('a' + i));
     members.push_back({key + ".cls", absl::StrCat(i, "\n")});
-    members.push_back({key + ".jpg", Bytes(700 + 300 * i, 10 + i)});
+    members.push_back({key + ".jpg", stoker::testing::FillerBytes(700 + 300 * i, 10 + i)});
   }
   return members;
 }
@@ -371,7 +358,7 @@ void ExpectIntactSample(const ShardReader& reader, const SampleRecord& record,
   std::string bytes;
   int32_t label = -1;
   ASSERT_TRUE(reader.ReadSample(record, &bytes, &label).ok()) << record.key;
-  EXPECT_EQ(bytes, Bytes(700 + 300 * i, 10 + i)) << record.key;
+  EXPECT_EQ(bytes, stoker::testing::FillerBytes(700 + 300 * i, 10 + i)) << record.key;
   EXPECT_EQ(label, i) << record.key;
 }
 
@@ -478,7 +465,7 @@ TEST_F(ShardReaderTest, SamplesSplitByCorruptStretchAreDefective) {
   // header gets corrupted, so b has members on both sides of the damage.
   // c's label header is corrupted, so c keeps only its image.
   ASSERT_TRUE(WriteTarFile(path, {{"a.cls", "0"},
-                                  {"a.jpg", Bytes(700, 10)},
+                                  {"a.jpg", stoker::testing::FillerBytes(700, 10)},
                                   {"b.cls", "1"},
                                   {"b.json", "{}"},
                                   {"b.jpg", "B"},
@@ -515,11 +502,11 @@ TEST_F(ShardReaderTest, CorruptPaxRecordResyncs) {
   const std::string path = Path("pax.tar");
   const std::string long_key = std::string(130, 'r');
   ASSERT_TRUE(WriteTarFile(path, {{"a.cls", "0"},
-                                  {"a.jpg", Bytes(700, 10)},
+                                  {"a.jpg", stoker::testing::FillerBytes(700, 10)},
                                   {long_key + ".jpg", "R"},
                                   {long_key + ".cls", "1"},
                                   {"c.cls", "2"},
-                                  {"c.jpg", Bytes(1300, 12)}})
+                                  {"c.jpg", stoker::testing::FillerBytes(1300, 12)}})
                   .ok());
   const ShardIndex intact = BuildOrDie(path);
   ASSERT_EQ(intact.samples().size(), 3u);
@@ -549,7 +536,7 @@ TEST_F(ShardReaderTest, CorruptPaxRecordResyncs) {
   std::string bytes;
   int32_t label = -1;
   ASSERT_TRUE(reader->ReadSample(c, &bytes, &label).ok());
-  EXPECT_EQ(bytes, Bytes(1300, 12));
+  EXPECT_EQ(bytes, stoker::testing::FillerBytes(1300, 12));
   EXPECT_EQ(label, 2);
 }
 
@@ -609,7 +596,7 @@ TEST_F(ShardReaderTest, RandomHeaderDamageNeverServesWrongData) {
       members.push_back({key + ".json", std::string(300 * i, '{')});
       owner.push_back(i);
     }
-    members.push_back({key + ".jpg", Bytes(100 + 397 * i, i)});
+    members.push_back({key + ".jpg", stoker::testing::FillerBytes(100 + 397 * i, i)});
     owner.push_back(i);
   }
   std::vector<int64_t> headers;
@@ -671,7 +658,7 @@ TEST_F(ShardReaderTest, RandomHeaderDamageNeverServesWrongData) {
       int32_t label = -1;
       ASSERT_TRUE(reader->ReadSample(record, &bytes, &label).ok())
           << record.key;
-      EXPECT_EQ(bytes, Bytes(100 + 397 * i, i)) << record.key;
+      EXPECT_EQ(bytes, stoker::testing::FillerBytes(100 + 397 * i, i)) << record.key;
       EXPECT_EQ(label, i) << record.key;
     }
     EXPECT_EQ(index.defective_samples(), defective);
@@ -755,11 +742,11 @@ TEST_F(ShardReaderTest, ReadsAnyMemberLayout) {
   // gap too large to coalesce (two reads).
   const std::string path = Path("layouts.tar");
   const std::string filler(ShardReader::kMaxCoalesceGap + 10, 'f');
-  ASSERT_TRUE(WriteTarFile(path, {{"after.jpg", Bytes(5000, 1)},
+  ASSERT_TRUE(WriteTarFile(path, {{"after.jpg", stoker::testing::FillerBytes(5000, 1)},
                                   {"after.cls", "1"},
                                   {"before.cls", "2"},
-                                  {"before.jpg", Bytes(5001, 2)},
-                                  {"far.jpg", Bytes(5002, 3)},
+                                  {"before.jpg", stoker::testing::FillerBytes(5001, 2)},
+                                  {"far.jpg", stoker::testing::FillerBytes(5002, 3)},
                                   {"far.bin", filler},
                                   {"far.cls", "3"}})
                   .ok());
@@ -770,7 +757,7 @@ TEST_F(ShardReaderTest, ReadsAnyMemberLayout) {
   for (int i = 0; i < 3; ++i) {
     int32_t label = -1;
     ASSERT_TRUE(reader->ReadSample(index.samples()[i], &bytes, &label).ok());
-    EXPECT_EQ(bytes, Bytes(5000 + i, i + 1)) << index.samples()[i].key;
+    EXPECT_EQ(bytes, stoker::testing::FillerBytes(5000 + i, i + 1)) << index.samples()[i].key;
     EXPECT_EQ(label, i + 1);
   }
 }
@@ -778,8 +765,8 @@ TEST_F(ShardReaderTest, ReadsAnyMemberLayout) {
 TEST_F(ShardReaderTest, ReusesCallerBufferCapacity) {
   const std::string path = Path("reuse.tar");
   ASSERT_TRUE(WriteTarFile(path, {{"a.cls", "1"},
-                                  {"a.jpg", Bytes(9000, 1)},
-                                  {"b.jpg", Bytes(7000, 2)},
+                                  {"a.jpg", stoker::testing::FillerBytes(9000, 1)},
+                                  {"b.jpg", stoker::testing::FillerBytes(7000, 2)},
                                   {"b.cls", "2"}})
                   .ok());
   const ShardIndex index = BuildOrDie(path);
@@ -799,7 +786,7 @@ TEST_F(ShardReaderTest, ReusesCallerBufferCapacity) {
 TEST_F(ShardReaderTest, ReadAfterShardShrankIsDataLoss) {
   const std::string path = Path("shrank.tar");
   ASSERT_TRUE(
-      WriteTarFile(path, {{"a.jpg", Bytes(4000, 1)}, {"a.cls", "1"}}).ok());
+      WriteTarFile(path, {{"a.jpg", stoker::testing::FillerBytes(4000, 1)}, {"a.cls", "1"}}).ok());
   const ShardIndex index = BuildOrDie(path);
   std::unique_ptr<ShardReader> reader = OpenOrDie(path);
   ASSERT_TRUE(TruncateFile(path, 2000).ok());
@@ -826,13 +813,13 @@ TEST_F(ShardReaderTest, IndexRecordsFileModificationTime) {
 TEST_F(ShardReaderTest, ReadRefusesShardOverwrittenInPlace) {
   const std::string path = Path("rewritten.tar");
   ASSERT_TRUE(
-      WriteTarFile(path, {{"a.jpg", Bytes(4000, 1)}, {"a.cls", "1"}}).ok());
+      WriteTarFile(path, {{"a.jpg", stoker::testing::FillerBytes(4000, 1)}, {"a.cls", "1"}}).ok());
   const ShardIndex index = BuildOrDie(path);
   std::unique_ptr<ShardReader> reader = OpenOrDie(path);
   // Same size, same layout, different bytes: only the mtime tells.
   const std::string other = Path("other.tar");
   ASSERT_TRUE(
-      WriteTarFile(other, {{"a.jpg", Bytes(4000, 2)}, {"a.cls", "7"}}).ok());
+      WriteTarFile(other, {{"a.jpg", stoker::testing::FillerBytes(4000, 2)}, {"a.cls", "7"}}).ok());
   ASSERT_TRUE(::stoker::testing::OverwriteFileInPlace(path, ReadFile(other)).ok());
 
   std::string bytes;
@@ -870,19 +857,19 @@ TEST_F(ShardReaderTest, OpenForIndexRefusesShardChangedSinceIndexing) {
 TEST_F(ShardReaderTest, ShardReplacedByRenameKeepsServingIndexedBytes) {
   const std::string path = Path("renamed.tar");
   ASSERT_TRUE(
-      WriteTarFile(path, {{"a.jpg", Bytes(4000, 1)}, {"a.cls", "1"}}).ok());
+      WriteTarFile(path, {{"a.jpg", stoker::testing::FillerBytes(4000, 1)}, {"a.cls", "1"}}).ok());
   const ShardIndex index = BuildOrDie(path);
   absl::StatusOr<std::unique_ptr<ShardReader>> reader =
       ShardReader::Open(index);
   ASSERT_TRUE(reader.ok()) << reader.status();
   const std::string other = Path("other.tar");
   ASSERT_TRUE(
-      WriteTarFile(other, {{"a.jpg", Bytes(4000, 2)}, {"a.cls", "7"}}).ok());
+      WriteTarFile(other, {{"a.jpg", stoker::testing::FillerBytes(4000, 2)}, {"a.cls", "7"}}).ok());
   ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
   std::string bytes;
   int32_t label = -1;
   ASSERT_TRUE((*reader)->ReadSample(index.samples()[0], &bytes, &label).ok());
-  EXPECT_EQ(bytes, Bytes(4000, 1));
+  EXPECT_EQ(bytes, stoker::testing::FillerBytes(4000, 1));
   EXPECT_EQ(label, 1);
 }
 
@@ -891,7 +878,7 @@ TEST_F(ShardReaderTest, ConcurrentReadsReturnCorrectData) {
   std::vector<TarMember> members;
   constexpr int kSamples = 16;
   for (int i = 0; i < kSamples; ++i) {
-    members.push_back({absl::StrCat("k", i, ".jpg"), Bytes(1000 + 37 * i, i)});
+    members.push_back({absl::StrCat("k", i, ".jpg"), stoker::testing::FillerBytes(1000 + 37 * i, i)});
     members.push_back({absl::StrCat("k", i, ".cls"), absl::StrCat(i)});
   }
   ASSERT_TRUE(WriteTarFile(path, members).ok());
@@ -907,7 +894,7 @@ TEST_F(ShardReaderTest, ConcurrentReadsReturnCorrectData) {
           const int s = (i * 5 + t + round) % kSamples;
           int32_t label = -1;
           if (!reader->ReadSample(index.samples()[s], &bytes, &label).ok() ||
-              bytes != Bytes(1000 + 37 * s, s) || label != s) {
+              bytes != stoker::testing::FillerBytes(1000 + 37 * s, s) || label != s) {
             ++failures[t];
           }
         }

@@ -1,6 +1,7 @@
 #ifndef STOKER_TESTS_TESTING_TEMP_DIR_H_
 #define STOKER_TESTS_TESTING_TEMP_DIR_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -19,6 +20,16 @@ std::string TempDirForCurrentTest();
 // ahead, so the change shows even within one clock tick of an earlier stat.
 absl::Status OverwriteFileInPlace(const std::string& path,
                                   const std::string& data);
+
+// `n` deterministic pseudo-random bytes (xorshift32), different for each
+// salt: filler standing in for image or member bytes.
+std::string FillerBytes(int64_t n, int salt);
+
+// The whole file at `path` ("" if it cannot be read).
+std::string ReadFileToString(const std::string& path);
+
+// Writes `data` to `path` (created or truncated); false if that failed.
+bool WriteStringToFile(const std::string& path, const std::string& data);
 
 }  // namespace stoker::testing
 
