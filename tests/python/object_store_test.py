@@ -159,6 +159,23 @@ class ObjectStoreTest(unittest.TestCase):
             self.assertIn(f"0 from sidecars, 0 from the index cache, "
                           f"{NUM_SHARDS} built", log)
 
+    def test_an_object_that_is_not_a_tar_is_left_out_and_the_rest_served(self):
+        served = st.temp_dir("with_bogus")
+        for name in NAMES:
+            shutil.copy(os.path.join(WEB, name), served)
+        with open(os.path.join(served, "bogus.tar"), "wb") as f:
+            f.write(b"not a tar archive" * 100)
+        # URLs are served in sorted order: the bogus object comes first, so
+        # every shard gets a new number once it is left out.
+        names = [NAMES[0][:-4], "bogus"] + [n[:-4] for n in NAMES[1:]]
+        with object_stores.Nginx(served) as web:
+            server = st.Server(f"{web.base_url}/{{{','.join(names)}}}.tar",
+                               threads=2)
+            self.assertEqual(checksum_of(fetch(server)[1]), LOCAL_SUM)
+            log = stop(server)
+        self.assertIn(f"leaving out '{web.base_url}/bogus.tar'", log)
+        self.assertIn(f"{NUM_SHARDS} built by reading the object", log)
+
     def test_cache_dir_keeps_indexes_and_samples_across_restarts(self):
         cache = st.temp_dir("cache")
         foreign = os.path.join(cache, "stoker-cache-v1", "keep-me.txt")
