@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -20,6 +21,11 @@
 namespace stoker::client {
 
 namespace {
+
+// Init asks silent servers again after these delays, doubling up to the
+// maximum, until LoaderOptions::unavailable_deadline.
+constexpr absl::Duration kFirstInitRetryDelay = absl::Milliseconds(200);
+constexpr absl::Duration kMaxInitRetryDelay = absl::Seconds(2);
 
 bool Fatal(absl::StatusCode code) {
   // The request itself is wrong, the data is bad everywhere, or the job's
@@ -164,6 +170,7 @@ absl::Status Loader::Init() {
   const absl::Time deadline = absl::Now() + options_.unavailable_deadline;
   std::string reference_address;
   v1::GetDatasetInfoResponse reference;
+  absl::Duration retry_delay = kFirstInitRetryDelay;
   absl::Status last_error = resolve_error.ok()
                                 ? absl::UnavailableError("no server answered")
                                 : resolve_error;
@@ -193,7 +200,11 @@ absl::Status Loader::Init() {
           return info.status();
         }
         last_error = info.status();
-        spdlog::warn("{}", info.status().ToString());
+        if (std::optional<std::string> line = warnings_.Next(
+                address, absl::StatusCodeToString(info.status().code()),
+                info.status().ToString())) {
+          spdlog::warn("{}", *line);
+        }
         continue;
       }
       if (reference_address.empty()) {
@@ -217,7 +228,10 @@ absl::Status Loader::Init() {
           absl::FormatDuration(options_.unavailable_deadline), "; last error: ",
           last_error.message(), TlsHint()));
     }
-    absl::SleepFor(absl::Milliseconds(200));
+    // Doubling delays, so a server still starting is found within a second
+    // or two and one that is down is not asked 150 times.
+    absl::SleepFor(std::min(retry_delay, deadline - absl::Now()));
+    retry_delay = std::min(2 * retry_delay, kMaxInitRetryDelay);
   }
 
   fingerprint_ = reference.fingerprint();
@@ -436,8 +450,12 @@ void Loader::FinishRangeLocked(int endpoint, const Lease& lease,
   }
   // Also when every batch of the range arrived: a server that sends more
   // than it was asked for, or ends without a summary, is misbehaving.
-  spdlog::warn("server {}: {}{}", endpoints_[endpoint].address,
-               status.ToString(), note);
+  const std::string& address = endpoints_[endpoint].address;
+  if (std::optional<std::string> line =
+          warnings_.Next(address, absl::StatusCodeToString(status.code()),
+                         status.ToString())) {
+    spdlog::warn("server {}: {}{}", address, *line, note);
+  }
   if (RefusesEndpoint(status.code())) {
     endpoints_.Refuse(endpoint, status.message(), absl::Now());
   } else if (Fatal(status.code())) {

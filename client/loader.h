@@ -46,6 +46,7 @@
 #include "client/position.h"
 #include "client/range_schedule.h"
 #include "client/server_list.h"
+#include "client/warning_throttle.h"
 #include "proto/stoker.grpc.pb.h"
 #include "proto/stoker.pb.h"
 
@@ -247,6 +248,8 @@ class Loader : public BatchSource {
   int64_t dataset_samples_ = 0;
   std::string fingerprint_;
   std::string plan_id_;
+  // Repeated identical warnings about a server, thinned out (own lock).
+  WarningThrottle warnings_;
 
   mutable absl::Mutex mu_;
   // Signalled when fetch threads may find work: a new epoch, a moved

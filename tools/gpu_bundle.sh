@@ -45,7 +45,7 @@ if [ ! -d "$photos" ]; then
 fi
 
 tests=(//tests/client:convert_gpu_test //tests/client:device_loader_gpu_test
-       //tests/client:batch_ops_gpu_test)
+       //tests/client:batch_ops_gpu_test //tests/client:host_replay_gpu_test)
 bins=(//client:device_bench //server:stoker_server //client:stoker_fetch
       //tools:make_sample_shards)
 bazel build "${tests[@]}" "${bins[@]}"

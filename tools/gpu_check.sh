@@ -5,7 +5,7 @@
 #   BUNDLE/gpu_check.sh [--out=DIR] [--python=PY] [--models=toy,resnet50]
 #
 #   1. the gpu-tagged C++ tests (convert_gpu_test, device_loader_gpu_test,
-#      batch_ops_gpu_test);
+#      batch_ops_gpu_test, host_replay_gpu_test);
 #   2. device_bench: pinned copy vs plain cudaMemcpy, the conversion kernel
 #      vs the device's memory bandwidth, the synthetic consumer's wait;
 #   3. the Python GPU tests (tests/python/loader_gpu_test.py) and the CPU
@@ -81,6 +81,8 @@ check device_loader_gpu_test "$out/device_loader_gpu_test.txt" \
   timeout 300 "$work/bin/device_loader_gpu_test"
 check batch_ops_gpu_test "$out/batch_ops_gpu_test.txt" \
   timeout 300 "$work/bin/batch_ops_gpu_test"
+check host_replay_gpu_test "$out/host_replay_gpu_test.txt" \
+  timeout 300 "$work/bin/host_replay_gpu_test"
 timeout 300 "$work/bin/device_bench" > "$out/device_bench.txt" 2>&1
 timeout 300 "$work/bin/device_bench" --dtype=bfloat16 --layout=NHWC \
   --consumer_us=5000 2>&1 | tail -n 3 >> "$out/device_bench.txt"
