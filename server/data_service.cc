@@ -390,7 +390,12 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
       request.bad_sample_policy() == v1::BAD_SAMPLE_POLICY_FAIL;
   setup.metrics = metrics_.get();
   setup.replay = request.cache_mode() == v1::CACHE_MODE_REPLAY;
-  if (request.cache_mode() == v1::CACHE_MODE_CACHED_RAW) {
+  // REPLAY reads the first batch of its range through the raw cache too, so
+  // that after a CACHED_RAW pass the replay rung of the caching ladder
+  // reads nothing from storage (slow storage would otherwise make it slower
+  // than the cached-raw rung below it).
+  if (request.cache_mode() == v1::CACHE_MODE_CACHED_RAW ||
+      request.cache_mode() == v1::CACHE_MODE_REPLAY) {
     setup.raw_cache = RawCacheFor(dataset);
   }
   setup.on_skipped = [counters](const v1::SkippedSample& s) {

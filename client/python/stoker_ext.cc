@@ -32,6 +32,7 @@
 #include "client/cursor.h"
 #include "client/device_loader.h"
 #include "client/field_spec.h"
+#include "client/host_replay.h"
 #include "client/python/pipeline.h"
 #include "client/server_list.h"
 #include "image/ops/transform.h"
@@ -574,6 +575,50 @@ Configured ToOptions(const Settings& s) {
   return configured;
 }
 
+// The caching ladder's "host cached" rung (stoker.diagnose): one uint8 NHWC
+// batch replayed through the copy and conversion the loader built from the
+// same settings runs (client/host_replay.h).
+class PyHostReplay {
+ public:
+  // pixels: the address of shape (n, h, w, c) uint8 values in host memory;
+  // labels: of n int64 values. Both are copied.
+  PyHostReplay(const Settings& settings, uintptr_t pixels, uintptr_t labels,
+               const std::array<int64_t, 4>& shape) {
+    const Configured configured = ToOptions(settings);
+    HostReplayOptions options;
+    options.device = configured.pipeline.device.device;
+    options.device_id = configured.pipeline.device.device_id;
+    options.output = configured.output;
+    absl::StatusOr<std::unique_ptr<HostReplay>> replay = HostReplay::Create(
+        reinterpret_cast<const uint8_t*>(pixels),
+        reinterpret_cast<const int64_t*>(labels),
+        ImageShape{shape[0], shape[1], shape[2], shape[3]}, options);
+    if (!replay.ok()) ThrowStatus(replay.status());
+    replay_ = *std::move(replay);
+  }
+
+  // (n, c, h, w), the logical shape of the images.
+  py::tuple Shape() const {
+    const ImageShape& s = replay_->shape();
+    return py::make_tuple(s.n, s.channels, s.height, s.width);
+  }
+
+  // As StagedBatch::ConvertInto for a classic batch (labels: n int64).
+  void ConvertInto(uintptr_t images, uintptr_t labels, uintptr_t stream) {
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = replay_->ConvertInto(reinterpret_cast<void*>(images),
+                               reinterpret_cast<int64_t*>(labels),
+                               reinterpret_cast<CudaStream>(stream));
+    }
+    if (!s.ok()) ThrowStatus(s);
+  }
+
+ private:
+  std::unique_ptr<HostReplay> replay_;
+};
+
 class PyPipeline {
  public:
   explicit PyPipeline(const Settings& settings) {
@@ -876,6 +921,17 @@ PYBIND11_MODULE(_stoker, m) {
       .def("close", &PyPipeline::Close)
       .def("cursor", &PyPipeline::CursorText)
       .def("stats", &PyPipeline::Stats);
+
+  py::class_<PyHostReplay>(m, "HostReplay",
+                           "One uint8 batch replayed through the loader's "
+                           "copy and conversion (stoker.diagnose).")
+      .def(py::init<const Settings&, uintptr_t, uintptr_t,
+                    const std::array<int64_t, 4>&>(),
+           py::arg("settings"), py::arg("pixels"), py::arg("labels"),
+           py::arg("shape"))
+      .def_property_readonly("shape", &PyHostReplay::Shape)
+      .def("convert_into", &PyHostReplay::ConvertInto, py::arg("images"),
+           py::arg("labels"), py::arg("stream"));
 
   py::class_<Checksum>(m, "Checksum",
                        "The digest stoker_fetch --checksum prints (see "

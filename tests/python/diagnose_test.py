@@ -1,9 +1,12 @@
-"""stoker_diagnose against real servers names the bottleneck in three staged
+"""stoker_diagnose against real servers names the bottleneck in four staged
 cases: a slow consumer (model-bound), a server limited to one thread with a
-fast consumer (decode and transform bound), and a server reading through a
-slowed storage path (storage bound: nginx delaying every answer). Also the
-server's cache modes themselves: CACHED_RAW changes no result, REPLAY
-resends the first batch with each batch's own indices.
+fast consumer (decode and transform bound, with a ladder that falls rung by
+rung, at batch sizes 32, 64 and 256 on the CPU), a consumer whose
+conversion is slowed on purpose (host conversion bound), and a server
+reading through a slowed storage path (storage bound: nginx delaying every
+answer). Rungs measured faster than the rung above them give no verdict.
+Also the server's cache modes themselves: CACHED_RAW changes no result,
+REPLAY resends the first batch with each batch's own indices.
 
 Run by `bazel test //tests/python:diagnose_test`."""
 
@@ -11,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import unittest
 
 import object_stores
@@ -18,6 +22,9 @@ import stoker_testing as st
 
 DIAGNOSE_BIN = os.environ.get("STOKER_DIAGNOSE_BIN", "")
 GLOB = None
+# Epochs of several batches of 256 (replay resends the first batch of each
+# request, and a request ends with its epoch).
+LARGE_GLOB = None
 BATCH = 8
 
 
@@ -41,10 +48,13 @@ def diagnose(server, *flags):
 
 
 def setUpModule():
-    global GLOB
+    global GLOB, LARGE_GLOB
     # Photos large enough that decoding them costs a core real time.
     GLOB, _ = st.make_shards("diagnose", num_shards=4, samples_per_shard=40,
                              min_side=400, max_side=640)
+    LARGE_GLOB, _ = st.make_shards("diagnose_large", num_shards=12,
+                                   samples_per_shard=200, min_side=400,
+                                   max_side=640)
 
 
 class DiagnoseTest(unittest.TestCase):
@@ -60,15 +70,75 @@ class DiagnoseTest(unittest.TestCase):
                           "cached_raw", "full"])
 
     def test_one_thread_server_with_fast_consumer_is_decode_bound(self):
-        server = st.Server(GLOB, threads=1)
-        out, report = diagnose(server, "--step_ms=0", "--steps=40")
+        # On the CPU, at common batch sizes, about 1,500 images a rung.
+        server = st.Server(LARGE_GLOB, threads=1)
+        for batch, steps in ((32, 48), (64, 24), (256, 6)):
+            with self.subTest(batch_size=batch):
+                out, report = diagnose(
+                    server, "--step_ms=0", f"--steps={steps}",
+                    f"--batch_size={batch}", "--device=cpu")
+                self.assertEqual(report["device_type"], "cpu")
+                # Every rung does the work of the rung above it and more.
+                pace = [r["steps_per_s"] for r in report["rungs"]]
+                for above, below in zip(pace, pace[1:]):
+                    self.assertLessEqual(below, 1.1 * above, out)
+                self.assertEqual(report["bottleneck"], "decode_transform", out)
+                self.assertRegex(out, r"needs about \d+ servers like these")
+                rungs = {r["rung"]: r for r in report["rungs"]}
+                # The server's timings split the rung, decode first.
+                stages = rungs["cached_raw"]["server_stages_s"]
+                self.assertGreater(stages["server_decode_s"],
+                                   stages["server_read_s"])
         server.kill()
-        self.assertEqual(report["bottleneck"], "decode_transform", out)
-        self.assertRegex(out, r"needs about \d+ servers like these")
-        rungs = {r["rung"]: r for r in report["rungs"]}
-        # The server's timings split the rung, decode first.
-        stages = rungs["cached_raw"]["server_stages_s"]
-        self.assertGreater(stages["server_decode_s"], stages["server_read_s"])
+
+    def test_slow_conversion_is_named_only_when_made_slow(self):
+        # The consumer's conversion slowed on purpose (every batch the
+        # loader converts, replayed or received, waits 0.25 s): the
+        # host-cached rung is the first as slow as the full pipeline.
+        import stoker
+        from stoker.loader import Loader
+
+        server = st.Server(GLOB, threads=2)
+        originals = (Loader._convert, Loader._convert_replay)
+
+        def slowed(convert):
+            def wrapper(self, *args):
+                time.sleep(0.25)
+                return convert(self, *args)
+            return wrapper
+        Loader._convert = slowed(originals[0])
+        Loader._convert_replay = slowed(originals[1])
+        try:
+            report = stoker.diagnose(
+                dict(servers=server.address, dataset="train",
+                     batch_size=BATCH, transform="RandomResizedCrop(48)",
+                     device="cpu"), steps=6, warmup=1)
+        finally:
+            Loader._convert, Loader._convert_replay = originals
+        server.kill()
+        text = report.text()
+        self.assertEqual(report.bottleneck, "copy", text)
+        self.assertIn("host conversion bound", text)
+        self.assertIn("staging copy and host conversion", text)
+
+    def test_rungs_faster_than_the_rung_above_give_no_verdict(self):
+        from stoker.diagnose import RUNGS, Report, Rung
+
+        rungs = [Rung(*spec) for spec in RUNGS]
+        # The issue's figures: server replay measured twice as fast as the
+        # host-cached rung above it.
+        for rung, images in zip(rungs, (40074305, 986, 1856, 1068, 1078)):
+            rung.images, rung.seconds, rung.steps = images, 1.0, images / 64
+        report = Report(rungs, 64, "cpu")
+        self.assertEqual(report.bottleneck, "inconsistent")
+        self.assertIn("server replay (1856 images/s) ran faster than host "
+                      "cached (986 images/s)", report.advice)
+        self.assertNotIn("copy bound", report.text())
+        # Consistent figures give the verdict.
+        for rung, images in zip(rungs, (40074305, 9000, 1856, 1068, 1078)):
+            rung.images, rung.steps = images, images / 64
+        self.assertEqual(Report(rungs, 64, "cpu").bottleneck,
+                         "decode_transform")
 
     def test_slow_storage_is_storage_bound(self):
         with object_stores.Nginx(os.path.dirname(GLOB), delay_ms=200) as web:

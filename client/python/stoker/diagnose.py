@@ -17,19 +17,26 @@ step stands in for the model.
 The ladder, for the same plan (same dataset, batch size, transform):
   1. device cached  one converted batch kept on the device, reused each step:
                     the model alone.
-  2. host cached    one uint8 batch kept in (pinned) host memory, copied to
-                    the device and converted each step: adds the copy.
+  2. host cached    one received uint8 batch kept in (pinned) host memory,
+                    put through the loader's own copy and conversion each
+                    step (on a GPU the pinned copy on the loader's stream and
+                    its conversion kernel; on the CPU its staging copy and
+                    host conversion): adds the copy and conversion.
   3. server replay  servers resend each request's first batch
-                    (cache_mode="replay"): adds the network and this
+                    (cache_mode="replay", read from the raw cache that a
+                    first pass filled): adds the network and this
                     process's receiving and converting.
   4. cached raw     servers keep raw sample bytes in memory
-                    (cache_mode="cached_raw", after a pass that fills it):
-                    adds decode and transform on the servers.
+                    (cache_mode="cached_raw", filled by that pass): adds
+                    decode and transform on the servers.
   5. full           the normal pipeline: adds reading from storage.
 Each rung reports steps/s, images/s and the share of time the step waited
-for data. A pipeline runs at its slowest stage's pace, so the first rung
-that is already about as slow as the full pipeline (within 10%) added the
-bottleneck; storage counts only if the servers' workers spent real time
+for data. Each rung does all the work of the rung above it and one stage
+more, so a rung measured faster than the one above it (beyond 10%) means
+the measurements are not to be trusted (a busy machine, too few steps): the
+report then says so, with the figures, and gives no verdict. A pipeline
+runs at its slowest stage's pace, so the first rung that is already about
+as slow as the full pipeline (within 10%) added the bottleneck; storage counts only if the servers' workers spent real time
 reading (at least a quarter of their decode and transform time), and the
 servers' per-stage timings split the decode-and-transform rung into read,
 decode and transform.
@@ -45,15 +52,19 @@ import torch
 
 RUNGS = (
     ("device_cached", "device cached", "the model alone"),
-    ("host_cached", "host cached", "+ host-to-device copy and conversion"),
+    ("host_cached", "host cached", "+ copy and conversion"),
     ("server_replay", "server replay", "+ network and client"),
     ("cached_raw", "cached raw", "+ decode and transform on the servers"),
     ("full", "full pipeline", "+ reading from storage"),
 )
 
 # Rungs within this fraction of the full pipeline's pace count as as slow
-# as it (measurement noise).
+# as it, and a rung may run this much faster than the rung above it
+# (measurement noise).
 NOISE = 0.10
+# What the host-cached rung adds, by device type.
+_COPY_ADDS = {"cuda": "+ host-to-device copy and conversion",
+              "cpu": "+ staging copy and host conversion"}
 # The full rung is storage bound only if the servers' read time is at least
 # this share of their decode and transform time.
 READ_SHARE = 0.25
@@ -116,14 +127,33 @@ class Rung:
 
 
 class Report:
-    """The ladder's rungs and the verdict."""
+    """The ladder's rungs and the verdict. `device_type`: "cuda" or "cpu",
+    where the batches were converted."""
 
-    def __init__(self, rungs, batch_size):
+    def __init__(self, rungs, batch_size, device_type="cuda"):
         self.rungs = rungs
         self.batch_size = batch_size
+        self.device_type = device_type
         self.bottleneck, self.advice = self._verdict()
 
+    def _inconsistent(self):
+        """The rungs measured faster than the rung above them: (above,
+        below) pairs. Each rung does all the work of the one above it."""
+        return [(above, below)
+                for above, below in zip(self.rungs, self.rungs[1:])
+                if below.steps_per_s > (1 + NOISE) * above.steps_per_s]
+
     def _verdict(self):
+        faster = self._inconsistent()
+        if faster:
+            pairs = "; ".join(
+                f"{below.name} ({below.images_per_s:.0f} images/s) ran faster "
+                f"than {above.name} ({above.images_per_s:.0f} images/s), which "
+                f"does less work" for above, below in faster)
+            return ("inconsistent", (
+                f"inconsistent measurements, no verdict: {pairs}; the machine "
+                f"was busy or the rungs too short: run again on an idle "
+                f"machine with more steps"))
         # Each rung adds a stage, and a pipeline runs at its slowest
         # stage's pace: the first rung that is already about as slow as the
         # full pipeline added the bottleneck.
@@ -148,6 +178,12 @@ class Report:
                 f"time); faster input will not speed this job up"))
         above, below = self.rungs[slow - 1], self.rungs[slow]
         lost = f"{above.images_per_s:.0f} -> {below.images_per_s:.0f} images/s"
+        if below.key == "host_cached" and self.device_type == "cpu":
+            return ("copy", (
+                f"host conversion bound ({lost}): converting the uint8 "
+                f"batches on this host's CPU is the limit; convert on a GPU "
+                f"(device='cuda'), or take dtype=torch.uint8 and convert "
+                f"inside the model"))
         if below.key == "host_cached":
             return ("copy", (
                 f"host-to-device copy bound ({lost}): copy less (uint8 "
@@ -184,7 +220,9 @@ class Report:
         lines = [f"{'rung':<16}{'adds':<40}{'steps/s':>9}{'images/s':>10}"
                  f"{'waited':>8}"]
         for rung in self.rungs:
-            lines.append(f"{rung.name:<16}{rung.adds:<40}"
+            adds = (_COPY_ADDS.get(self.device_type, rung.adds)
+                    if rung.key == "host_cached" else rung.adds)
+            lines.append(f"{rung.name:<16}{adds:<40}"
                          f"{rung.steps_per_s:>9.2f}{rung.images_per_s:>10.0f}"
                          f"{100 * rung.wait_share:>7.0f}%")
         for rung in self.rungs:
@@ -202,7 +240,9 @@ class Report:
         return "\n".join(lines)
 
     def as_dict(self):
-        return {"batch_size": self.batch_size, "bottleneck": self.bottleneck,
+        return {"batch_size": self.batch_size,
+                "device_type": self.device_type,
+                "bottleneck": self.bottleneck,
                 "advice": self.advice,
                 "rungs": [r.as_dict() for r in self.rungs]}
 
@@ -216,7 +256,7 @@ class Report:
         for i, rung in enumerate(self.rungs):
             y = top + i * (bar_h + gap)
             w = span * rung.images_per_s / scale
-            slow = self.bottleneck != "model" and rung.key == {
+            slow = rung.key == {
                 "copy": "host_cached", "network_client": "server_replay",
                 "decode_transform": "cached_raw",
                 "storage": "full"}.get(self.bottleneck)
@@ -252,7 +292,7 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
     step_fn(images, labels) is one training step; None uses a synthetic
     consumer that sleeps `step_ms` per step. Each rung runs `warmup` steps,
     then times `steps`. `chart`: a path to write the ladder as SVG."""
-    from stoker.loader import IMAGENET_MEAN, IMAGENET_STD, Loader
+    from stoker.loader import Loader
     if steps < 1 or warmup < 0:
         raise ValueError("steps must be >= 1 and warmup >= 0")
     if step_fn is None:
@@ -270,7 +310,7 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
     rungs = [Rung(*spec) for spec in RUNGS]
     total = warmup + steps
 
-    def run(rung, batches, prepare=None, loader=None):
+    def run(rung, batches, loader=None):
         """Times `steps` steps after `warmup`; the time spent getting and
         preparing each batch is waiting."""
         device = None
@@ -285,8 +325,6 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
                 waited = 0.0
             t0 = time.perf_counter()
             images, labels = next(batches)
-            if prepare is not None:
-                images = prepare(images)
             device = images.device
             t1 = time.perf_counter()
             step_fn(images, labels)
@@ -306,51 +344,55 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
             f"{100 * rung.wait_share:.0f}%")
 
     # 1. One converted batch on the device.
-    with Loader(**kwargs) as loader:
-        images, labels = next(_batches(loader))
+    with Loader(**kwargs) as first:
+        images, labels = next(_batches(first))
         device = images.device
     run(rungs[0], iter(lambda: (images, labels), None))
 
-    # 2. One uint8 batch on the host, copied and converted every step.
-    host_kwargs = dict(kwargs, device="cpu", dtype=torch.uint8)
-    dtype = kwargs.get("dtype", torch.float32)
-    with Loader(**host_kwargs) as loader:
-        host, host_labels = next(_batches(loader))
-    if device.type == "cuda":
-        host = host.pin_memory()
-    mean = torch.tensor(kwargs.get("mean", IMAGENET_MEAN), device=device,
-                        dtype=torch.float32).view(1, -1, 1, 1) * 255
-    std = torch.tensor(kwargs.get("std", IMAGENET_STD), device=device,
-                       dtype=torch.float32).view(1, -1, 1, 1) * 255
-    labels_on_device = host_labels.to(device)
+    # 2. One batch as received (uint8, NHWC memory, on the host), put
+    #    through the loader's own copy and conversion every step: the same
+    #    code as the full pipeline's, so this rung adds exactly that stage.
+    #    (The batch ops, random erasing and MixUp / CutMix, are left out;
+    #    with mixing the step gets rung 1's soft labels.)
+    raw_kwargs = dict(kwargs, device="cpu", dtype=torch.uint8,
+                      channels_last=True)
+    with Loader(**raw_kwargs) as raw_loader:
+        raw, raw_labels = next(_batches(raw_loader))
+    # A closed loader still converts (its settings and allocation).
+    replay = first._host_replay(raw, raw_labels)
 
-    def convert(batch):
-        x = batch.to(device, non_blocking=True).to(torch.float32)
-        return ((x - mean) / std).to(dtype)
-    run(rungs[1], iter(lambda: (host, labels_on_device), None),
-        prepare=convert)
+    def replayed():
+        converted, hard = first._convert_replay(replay)
+        return converted, labels if first._mixing else hard
+    run(rungs[1], iter(replayed, None))
 
-    # 3. Servers replay each request's first batch: few decodes, so make
-    #    the requests long.
-    replay_kwargs = dict(kwargs, cache_mode="replay",
-                         batches_per_request=max(total,
-                                                 kwargs.get("batches_per_request", 4)))
-    with Loader(**replay_kwargs) as loader:
+    # Servers keep raw bytes (cache_mode="cached_raw"): one pass fills their
+    # cache with the batches rungs 3 and 4 then read: the first batch of
+    # each replayed request (up to `requests_ahead` of them, as the
+    # replaying loader runs ahead) and the batches timed in rung 4.
+    per_request = max(total, kwargs.get("batches_per_request", 4))
+    requests_ahead = 3
+    fill = requests_ahead * per_request + kwargs.get("prefetch", 8)
+    with Loader(**dict(kwargs, cache_mode="cached_raw")) as filler:
+        batches = _batches(filler)
+        for _ in range(fill):
+            next(batches)
+
+    # 3. Servers replay each request's first batch (read from that cache):
+    #    few decodes, so make the requests long.
+    with Loader(**dict(kwargs, cache_mode="replay",
+                       batches_per_request=per_request)) as loader:
         run(rungs[2], _batches(loader), loader=loader)
 
-    # 4. Servers keep raw bytes: one pass fills their cache with exactly the
-    #    batches then timed.
+    # 4. Decode and transform from the cache, without storage.
     with Loader(**dict(kwargs, cache_mode="cached_raw")) as loader:
-        batches = _batches(loader)
-        for _ in range(total):
-            next(batches)
         run(rungs[3], _batches(loader), loader=loader)
 
     # 5. The full pipeline.
     with Loader(**kwargs) as loader:
         run(rungs[4], _batches(loader), loader=loader)
 
-    report = Report(rungs, batch_size)
+    report = Report(rungs, batch_size, device.type)
     if chart:
         report.write_svg(chart)
     return report

@@ -778,6 +778,34 @@ class Loader:
             return tuple(values)
         return {f["name"]: v for f, v in zip(self._fields, values)}
 
+    def _host_replay(self, pixels, labels):
+        """A _stoker.HostReplay of one batch: `pixels` a uint8 CPU tensor
+        whose memory is NHWC (e.g. a channels_last uint8 batch of a loader
+        with device="cpu"), `labels` int64 of shape (N,). Replayed with
+        _convert_replay through this loader's copy and conversion
+        (stoker.diagnose's host-cached rung)."""
+        if pixels.dtype != torch.uint8 or pixels.device.type != "cpu":
+            raise _invalid("host replay needs a uint8 CPU tensor")
+        nhwc = pixels.permute(0, 2, 3, 1).contiguous()
+        labels = labels.to(device="cpu", dtype=torch.int64).contiguous()
+        if labels.shape != (nhwc.shape[0],):
+            raise _invalid(f"host replay needs {nhwc.shape[0]} labels, got "
+                           f"shape {tuple(labels.shape)}")
+        return _stoker.HostReplay(self._settings, nhwc.data_ptr(),
+                                  labels.data_ptr(), tuple(nhwc.shape))
+
+    def _convert_replay(self, replay):
+        """(images, labels) converted from a _host_replay, in new tensors
+        allocated as for a delivered batch."""
+        stream = 0
+        if self._device.type == "cuda":
+            stream = torch.cuda.current_stream(self._device).cuda_stream
+        images = self._allocate_images(replay.shape)
+        labels = torch.empty((replay.shape[0],), dtype=torch.int64,
+                             device=self._device)
+        replay.convert_into(images.data_ptr(), labels.data_ptr(), stream)
+        return images, labels
+
     def _resume_epoch(self):
         return _stoker.parse_cursor(self._resume)["epoch"]
 
