@@ -186,6 +186,72 @@ class LoaderTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "plan"):
             other.load_state_dict(state)
 
+    def test_state_dict_between_epochs_is_refused_by_another_plan(self):
+        first = make_loader(seed=1)
+        for _ in first:
+            pass
+        state = first.state_dict()
+        self.assertIsNone(state["cursor"])
+        first.close()
+        for kwargs in (dict(seed=7), dict(batch_size=BATCH + 1),
+                       dict(transform="RandomResizedCrop(24)")):
+            with self.subTest(kwargs=kwargs):
+                other = make_loader(**kwargs)
+                with self.assertRaisesRegex(ValueError, "belongs to plan"):
+                    other.load_state_dict(state)
+                other.close()
+        # A state without its plan id is refused too; the same plan takes it.
+        same = make_loader(seed=1)
+        with self.assertRaisesRegex(ValueError, "plan_id"):
+            same.load_state_dict({k: v for k, v in state.items()
+                                  if k != "plan_id"})
+        same.load_state_dict(state)
+        self.assertEqual(same.state_dict(), state)
+        same.close()
+
+    def test_wrapping_in_a_torch_data_loader_says_how_to_use_it(self):
+        import pickle
+
+        loader = make_loader()
+        for workers in (0, 2):
+            with self.subTest(num_workers=workers):
+                wrapped = torch.utils.data.DataLoader(
+                    loader, batch_size=None, num_workers=workers)
+                with self.assertRaises(TypeError) as ctx:
+                    next(iter(wrapped))
+                self.assertIn("stoker.Loader is itself the data loader",
+                              str(ctx.exception))
+                self.assertIn("set_epoch", str(ctx.exception))
+        with self.assertRaisesRegex(TypeError, "itself the data loader"):
+            pickle.dumps(loader)
+        # The loader itself still works.
+        self.assertEqual(len(epoch_keys(loader)), SAMPLES)
+        loader.close()
+
+    def test_unreachable_server_warnings_are_thinned_with_a_count(self):
+        import subprocess
+        import sys
+
+        port = st.unused_port()
+        script = ("import stoker\n"
+                  "try:\n"
+                  f"    stoker.Loader(servers='127.0.0.1:{port}', "
+                  "dataset='train', device='cpu', unavailable_timeout=6)\n"
+                  "except stoker.UnavailableError:\n"
+                  "    print('unavailable')\n")
+        result = subprocess.run([sys.executable, "-c", script],
+                                capture_output=True, text=True, timeout=120)
+        # spdlog's default logger writes to stdout.
+        output = result.stdout + result.stderr
+        self.assertIn("unavailable", result.stdout, output)
+        lines = [line for line in output.splitlines()
+                 if f"[warning] UNAVAILABLE: server 127.0.0.1:{port}" in line]
+        # Retried with doubling delays (about 7 tries in 6 s), logged at the
+        # 1st, 2nd and 4th: not a line every 200 ms (30 lines).
+        self.assertGreaterEqual(len(lines), 3, output)
+        self.assertLessEqual(len(lines), 4, output)
+        self.assertIn("(4 times so far)", output)
+
     def test_state_dict_after_breaking_out_and_after_set_epoch(self):
         loader = make_loader()
         for i, _ in enumerate(loader):

@@ -76,6 +76,8 @@ for _cls, _code in (
     (DataLossError, "DATA_LOSS"),
     (ResourceExhaustedError, "RESOURCE_EXHAUSTED"),
     (CancelledError, "CANCELLED"),
+    (UnauthenticatedError, "UNAUTHENTICATED"),
+    (PermissionDeniedError, "PERMISSION_DENIED"),
 ):
     _cls.code = _code
 del _cls, _code
@@ -90,8 +92,10 @@ __all__ = [
     "InvalidArgumentError",
     "Loader",
     "NotFoundError",
+    "PermissionDeniedError",
     "ResourceExhaustedError",
     "StokerError",
+    "UnauthenticatedError",
     "UnavailableError",
     "diagnose",
     "set_log_level",

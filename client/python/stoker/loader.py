@@ -251,6 +251,26 @@ def _distributed_defaults():
     return values[0], values[1]
 
 
+def _check_plan(saved, current):
+    if saved != current:
+        raise _invalid(
+            f"state_dict belongs to plan {saved!r}, this loader's plan is "
+            f"{current!r}: dataset, transform, batch_size, seed, rank, "
+            "world_size, shuffle, drop_last and fields must match the loader "
+            "that saved it")
+
+
+# Why a Loader cannot be a torch Dataset, and what to do instead.
+_NOT_A_DATASET = (
+    "stoker.Loader is itself the data loader, not a dataset: iterate it "
+    "directly (`for images, labels in loader:`) instead of wrapping it in "
+    "torch.utils.data.DataLoader; it already fetches, decodes and prefetches "
+    "on the Stoker servers and its own threads, so DataLoader workers would "
+    "only add copies. With DDP, create one Loader in each process (rank and "
+    "world_size default to torch.distributed's) and call "
+    "loader.set_epoch(epoch) before each epoch, as with DistributedSampler.")
+
+
 class Loader:
     """Batches of one dataset from Stoker servers, as torch tensors.
 
@@ -595,6 +615,18 @@ class Loader:
             raise _invalid("random_erasing applies to the image: the first "
                            "image field, without repeats= or transform=")
 
+    # --- not a dataset ---
+
+    def __getitem__(self, index):
+        # torch.utils.data.DataLoader(loader) indexes its dataset (in its
+        # workers); without this it fails with a bare TypeError.
+        raise TypeError(_NOT_A_DATASET)
+
+    def __reduce__(self):
+        # DataLoader workers started with spawn pickle the dataset; a Loader
+        # holds connections and threads.
+        raise TypeError(_NOT_A_DATASET)
+
     # --- properties ---
 
     def __len__(self):
@@ -843,13 +875,16 @@ class Loader:
         pipeline = self._open()
         if not isinstance(state_dict, dict):
             raise _invalid(f"state_dict must be a dict, got {type(state_dict)}")
-        missing = {"version", "epoch", "cursor"} - set(state_dict)
+        missing = {"version", "plan_id", "epoch", "cursor"} - set(state_dict)
         if missing:
             raise _invalid(f"state_dict lacks {sorted(missing)}; expected a "
                            "dict from Loader.state_dict()")
         if state_dict["version"] != _STATE_VERSION:
             raise _invalid(f"state_dict version {state_dict['version']!r} is "
                            f"not supported (expected {_STATE_VERSION})")
+        # Between epochs too (cursor None) the state names its plan: the
+        # epoch number of one plan means nothing to another.
+        _check_plan(state_dict["plan_id"], pipeline.plan_id)
         epoch = _int_arg("state_dict['epoch']", state_dict["epoch"], 0)
         cursor = state_dict["cursor"]
         if cursor is not None:
@@ -857,12 +892,7 @@ class Loader:
                 raise _invalid("state_dict['cursor'] must be a str or None, "
                                f"got {cursor!r}")
             position = _stoker.parse_cursor(cursor)
-            if position["plan_id"] != pipeline.plan_id:
-                raise _invalid(
-                    f"state_dict belongs to plan {position['plan_id']}, this "
-                    f"loader's plan is {pipeline.plan_id}: dataset, transform, "
-                    "batch_size, seed, rank, world_size, shuffle, drop_last and "
-                    "fields must match the loader that saved it")
+            _check_plan(position["plan_id"], pipeline.plan_id)
             if position["next_batch"] > pipeline.num_batches or any(
                     b >= pipeline.num_batches
                     for b in position["delivered_after"]):
