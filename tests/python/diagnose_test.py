@@ -70,18 +70,23 @@ class DiagnoseTest(unittest.TestCase):
                           "cached_raw", "full"])
 
     def test_one_thread_server_with_fast_consumer_is_decode_bound(self):
-        # On the CPU, at common batch sizes, about 1,500 images a rung.
+        # On the CPU, at common batch sizes; at least 30 timed steps, so
+        # that batches a loader made before the timed steps (up to prefetch
+        # + output_slots + 2 = 14) weigh little.
         server = st.Server(LARGE_GLOB, threads=1)
-        for batch, steps in ((32, 48), (64, 24), (256, 6)):
+        for batch, steps in ((32, 48), (64, 30), (256, 30)):
             with self.subTest(batch_size=batch):
                 out, report = diagnose(
                     server, "--step_ms=0", f"--steps={steps}",
                     f"--batch_size={batch}", "--device=cpu")
                 self.assertEqual(report["device_type"], "cpu")
-                # Every rung does the work of the rung above it and more.
-                pace = [r["steps_per_s"] for r in report["rungs"]]
+                # Rungs 2 to 4 do the work of the rung above them and
+                # more: none is faster beyond noise (diagnose's
+                # INCONSISTENT). The full rung reads page-cached local files
+                # instead of copying from the servers' cache: not judged.
+                pace = [r["steps_per_s"] for r in report["rungs"][:-1]]
                 for above, below in zip(pace, pace[1:]):
-                    self.assertLessEqual(below, 1.1 * above, out)
+                    self.assertLessEqual(below, 1.25 * above, out)
                 self.assertEqual(report["bottleneck"], "decode_transform", out)
                 self.assertRegex(out, r"needs about \d+ servers like these")
                 rungs = {r["rung"]: r for r in report["rungs"]}
@@ -141,17 +146,17 @@ class DiagnoseTest(unittest.TestCase):
                          "decode_transform")
 
     def test_slow_storage_is_storage_bound(self):
-        with object_stores.Nginx(os.path.dirname(GLOB), delay_ms=200) as web:
+        with object_stores.Nginx(os.path.dirname(GLOB), delay_ms=100) as web:
             names = sorted(n for n in os.listdir(os.path.dirname(GLOB))
                            if n.endswith(".tar"))
             pattern = (f"{web.base_url}/sample-{{000000.."
                        f"{len(names) - 1:06d}}}.tar")
-            # One request at a time: every sample waits 200 ms.
+            # One request at a time: every sample waits 100 ms.
             server = st.Server(pattern, threads=2,
                                flags=["--storage_max_requests=1",
                                       "--prefetch_bytes=1"])
-            out, report = diagnose(server, "--step_ms=0", "--steps=6",
-                                   "--warmup=1")
+            out, report = diagnose(server, "--step_ms=0", "--steps=30",
+                                   "--warmup=1", "--batch_size=4")
             server.kill()
         self.assertEqual(report["bottleneck"], "storage", out)
         self.assertIn("storage bound", out)
