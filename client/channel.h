@@ -15,9 +15,10 @@
 namespace stoker::client {
 
 // Large-message settings measured with //bench:transport_bench (see
-// README): 16 MiB HTTP/2 frames, 4 MiB socket reads and a 64 MiB stream
-// window cut per-byte overhead for 38 MB batches. Reconnects are quick so a
-// server that comes back is usable again within our own back-off.
+// docs/benchmarks.md): 16 MiB HTTP/2 frames, 4 MiB socket reads and a
+// 64 MiB stream window cut per-byte overhead for 38 MB batches. Reconnects
+// are quick so a server that comes back is usable again within our own
+// back-off.
 grpc::ChannelArguments StokerChannelArguments(int max_message_bytes);
 
 // How a client authenticates servers (and itself, for mutual TLS).

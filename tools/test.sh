@@ -5,6 +5,7 @@
 # base of its own so both caches stay warm). Then it builds the libFuzzer
 # targets of tests/fuzz with ASan and UBSan (--config=fuzz, same output base)
 # and runs each for STOKER_FUZZ_SECONDS seconds (default 60; 0 skips them).
+# Last, it builds the documentation site with `mkdocs build --strict`.
 # GPU tests (Bazel tag "gpu") run too with --gpu, on a machine with a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +84,17 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   fi
 fi
 bazel --output_base="$clang_base" shutdown
+
+# The documentation site (mkdocs.yml, docs/): --strict fails on a broken
+# link, a missing page or a page left out of the nav.
+docs_dir="$(mktemp -d)"
+if mkdocs build --strict --site-dir "$docs_dir"; then
+  echo "docs (mkdocs build --strict): passed"
+else
+  echo "docs (mkdocs build --strict): FAILED"
+  status=1
+fi
+rm -rf "$docs_dir"
 
 # One closing line for people and CI: test targets (each a whole test
 # binary or script) passed and failed.

@@ -1,5 +1,5 @@
 /* RandomMask(ratio=0.25): an example Stoker plugin (see
- * image/ops/plugin_api.h and README.md, "Plugins").
+ * image/ops/plugin_api.h and docs/transforms.md, "Plugins").
  *
  * Drops random pixels and their 4-neighbours, as this PyTorch code does to a
  * CHW uint8 image:
