@@ -10,7 +10,7 @@
    beside them. Reports the server's peak RSS and the normal epoch's time.
 
 Run from a checkout after `bazel build //server:stoker_server
-//client:stoker_fetch //tools:make_sample_shards`:
+//client:stoker_fetch //tools:make_sample_shards //client/python:stoker`:
   /usr/bin/python3 bench/hostile_load.py [--bazel_bin=bazel-bin]
 """
 
@@ -21,6 +21,7 @@ import re
 import signal
 import struct
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -61,26 +62,12 @@ def write_tar(path, members):
             tar.addfile(info, io.BytesIO(payload))
 
 
-class Server:
-    def __init__(self, binary, glob, log, *flags):
-        self.log = log
-        self.proc = subprocess.Popen(
-            [binary, "--port=0", f"--dataset=train={glob}", *flags],
-            stdout=open(log, "w"), stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        self.port = None
-        while self.port is None:
-            if time.time() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(open(log).read())
-            m = re.search(r"listening on port (\d+)", open(log).read())
-            if m:
-                self.port = int(m.group(1))
-            time.sleep(0.05)
-        self.address = f"127.0.0.1:{self.port}"
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
+def start_server(binary, glob, log, *flags):
+    """A stoker_server serving dataset "train" from `glob`, its log in `log`
+    (stoker.launch.ServerProcess; stop() drains it)."""
+    from stoker.launch import ServerProcess
+    return ServerProcess([binary, "--port=0", f"--dataset=train={glob}",
+                          *flags], log_path=log, timeout_s=30)
 
 
 def bombs(args, tmp):
@@ -95,16 +82,16 @@ def bombs(args, tmp):
         members += [(f"bomb{i}-{kind}.{ext}", payload), (f"bomb{i}-{kind}.cls", b"1\n")]
     shard = os.path.join(tmp, "bombs-0.tar")
     write_tar(shard, members)
-    server = Server(args.server, os.path.join(tmp, "bombs-*.tar"),
+    server = start_server(args.server, os.path.join(tmp, "bombs-*.tar"),
                     os.path.join(tmp, "bombs.log"), "--threads=4")
-    idle = peak_rss_mb(server.proc.pid)
+    idle = peak_rss_mb(server.process.pid)
     start = time.time()
     out = subprocess.run(
         [args.fetch, f"--servers={server.address}", "--dataset=train",
          "--batch_size=5", "--epochs=1", "--transform=RandomResizedCrop(224)"],
         capture_output=True, text=True, check=True).stdout
     elapsed = time.time() - start
-    peak = peak_rss_mb(server.proc.pid)
+    peak = peak_rss_mb(server.process.pid)
     server.stop()
     skipped = len(re.findall(r"skipped sample", open(server.log).read()))
     print(f"bombs: shard {os.path.getsize(shard) / 1024:.1f} KB with "
@@ -119,7 +106,7 @@ def greedy(args, tmp):
     subprocess.run([args.make_shards, f"--out_dir={shards}", "--num_shards=4",
                     "--samples_per_shard=64", "--min_side=200",
                     "--max_side=500"], check=True, capture_output=True)
-    server = Server(args.server, os.path.join(shards, "*.tar"),
+    server = start_server(args.server, os.path.join(shards, "*.tar"),
                     os.path.join(tmp, "greedy.log"), "--threads=2",
                     "--max_memory_bytes=1073741824")
     greedy_clients = []
@@ -141,7 +128,7 @@ def greedy(args, tmp):
              "--transform=RandomResizedCrop(224)|RandomHorizontalFlip()"],
             capture_output=True, text=True, check=True).stdout
         elapsed = time.time() - start
-        peak = peak_rss_mb(server.proc.pid)
+        peak = peak_rss_mb(server.process.pid)
     finally:
         for p in greedy_clients:
             p.send_signal(signal.SIGCONT)
@@ -160,6 +147,7 @@ def main():
                         help="how long the greedy clients read before they "
                         "are frozen")
     args = parser.parse_args()
+    sys.path.insert(0, os.path.join(args.bazel_bin, "client/python"))
     args.server = os.path.join(args.bazel_bin, "server/stoker_server")
     args.fetch = os.path.join(args.bazel_bin, "client/stoker_fetch")
     args.make_shards = os.path.join(args.bazel_bin, "tools/make_sample_shards")

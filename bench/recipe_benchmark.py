@@ -358,7 +358,7 @@ def time_stoker_loader(args, bazel_bin, data_dir, recipe, with_ops, params):
             pass
         images = 0
         cpu = rb.rusage_seconds(resource.RUSAGE_SELF)
-        server_cpu = rb.proc_cpu_seconds(server.proc.pid)
+        server_cpu = rb.proc_cpu_seconds(server.process.pid)
         thread_cpu = time.thread_time()
         start = time.time()
         while time.time() - start < args.ops_seconds or images == 0:
@@ -367,7 +367,7 @@ def time_stoker_loader(args, bazel_bin, data_dir, recipe, with_ops, params):
         seconds = time.time() - start
         cpu = rb.rusage_seconds(resource.RUSAGE_SELF) - cpu
         thread_cpu = time.thread_time() - thread_cpu
-        server_cpu = rb.proc_cpu_seconds(server.proc.pid) - server_cpu
+        server_cpu = rb.proc_cpu_seconds(server.process.pid) - server_cpu
         loader.close()
     finally:
         server.stop()

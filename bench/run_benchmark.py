@@ -4,7 +4,8 @@
 Run with Debian's interpreter (it has torch and torchvision):
 
     bazel build //bench:decode_ceiling //bench:transport_bench \
-        //server:stoker_server //client:stoker_fetch //tools:make_sample_shards
+        //server:stoker_server //client:stoker_fetch //tools:make_sample_shards \
+        //client/python:stoker
     /usr/bin/python3 bench/run_benchmark.py            # or: bazel run //bench:run
 
 Steps (all on the first --cores CPUs: this process pins itself there and
@@ -47,7 +48,6 @@ import re
 import resource
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -81,6 +81,9 @@ def find_bazel_bin(given):
     ]
     for c in candidates:
         if c and os.path.isdir(c):
+            # The stoker package (//client/python:stoker): its launcher.
+            sys.path.insert(0, os.path.join(os.path.abspath(c),
+                                            "client", "python"))
             return os.path.abspath(c)
     sys.exit("run_benchmark: cannot find bazel-bin; pass --bazel_bin")
 
@@ -227,45 +230,15 @@ def server_command(args, bazel_bin, data_dir, dataset_glob=None):
     ] + shlex.split(args.server_flags)
 
 
-class Server:
-    """A server started from `cmd` that prints "listening on port <P>"
-    (stoker_server with --port=0, transport_bench --serve_port=0),
-    optionally pinned to `cpus`; stopped with SIGTERM."""
-
-    def __init__(self, cmd, cpus=None):
-        self.log_file = tempfile.TemporaryFile(mode="w+")
-        log("server: " + " ".join(shlex.quote(c) for c in cmd))
-        self.proc = subprocess.Popen(
-            cmd, stdout=self.log_file, stderr=subprocess.STDOUT,
-            preexec_fn=(None if cpus is None else
-                        lambda: os.sched_setaffinity(0, cpus)))
-        self.port = None
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            self.log_file.seek(0)
-            m = re.search(r"listening on port (\d+)", self.log_file.read())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"{os.path.basename(cmd[0])} did not start:\n" +
-                           self.output())
-
-    def output(self):
-        self.log_file.seek(0)
-        return self.log_file.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def Server(cmd, cpus=None):
+    """A server started from `cmd` with --port_file (stoker_server with
+    --port=0, transport_bench --serve_port=0), optionally pinned to `cpus`:
+    a stoker.launch.ServerProcess (`.port`, `.process`, `.log_text()`;
+    `.stop()` sends SIGTERM). The stoker package must be importable
+    (find_bazel_bin puts bazel-bin/client/python on the path)."""
+    from stoker.launch import ServerProcess
+    log("server: " + " ".join(shlex.quote(c) for c in cmd))
+    return ServerProcess(cmd, cpus=cpus, timeout_s=120)
 
 
 def run_fetch(args, bazel_bin, port, start_epoch, epochs):
@@ -302,11 +275,11 @@ def bench_stoker(args, bazel_bin, data_dir, dataset_glob=None):
         # Server: its own utime+stime, read from /proc while it runs.
         # Client: RUSAGE_CHILDREN counts children that have been waited for;
         # the server is still running, so the delta is stoker_fetch alone.
-        server_before = proc_cpu_seconds(server.proc.pid)
+        server_before = proc_cpu_seconds(server.process.pid)
         children_before = rusage_seconds(resource.RUSAGE_CHILDREN)
         stdout, summary = run_fetch(args, bazel_bin, server.port, 1, epochs)
         client_cpu = rusage_seconds(resource.RUSAGE_CHILDREN) - children_before
-        server_cpu = proc_cpu_seconds(server.proc.pid) - server_before
+        server_cpu = proc_cpu_seconds(server.process.pid) - server_before
     finally:
         server.stop()
     for line in stdout.splitlines():

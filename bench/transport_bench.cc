@@ -59,6 +59,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "common/atomic_file.h"
 #include "proto/stoker.grpc.pb.h"
 #include "proto/stoker.pb.h"
 
@@ -70,6 +71,9 @@ ABSL_FLAG(double, min_seconds, 3.0, "Measure for at least this long.");
 ABSL_FLAG(int, serve_port, -1,
           "Split mode: only serve, on 127.0.0.1:<port> (0 picks one; the "
           "port is printed as 'listening on port <P>'), until SIGTERM or SIGINT.");
+ABSL_FLAG(std::string, port_file, "",
+          "Split mode: written atomically with the line port=<P> once "
+          "serving (as stoker_server's --port_file).");
 ABSL_FLAG(int64_t, batches_per_epoch, 64,
           "Split mode's dataset for stoker_fetch: GetDatasetInfo reports "
           "this many batches of --batch samples (stoker_fetch's --batch_size "
@@ -406,6 +410,16 @@ int main(int argc, char** argv) {
   if (serve_only) {
     std::printf("listening on port %d\n", port);
     std::fflush(stdout);
+    if (const std::string port_file = absl::GetFlag(FLAGS_port_file);
+        !port_file.empty()) {
+      const absl::Status written = stoker::common::WriteFileAtomically(
+          port_file, absl::StrCat("port=", port, "\n"));
+      if (!written.ok()) {
+        std::fprintf(stderr, "transport_bench: --port_file: %s\n",
+                     written.ToString().c_str());
+        return 2;
+      }
+    }
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGTERM);

@@ -1,5 +1,5 @@
 // stoker_fetch: streams epochs from Stoker servers and reports throughput.
-// See README.md; `--help` lists the flags.
+// See docs/user-guide.md; `--help` lists the flags.
 
 #include <sys/stat.h>
 
@@ -83,7 +83,8 @@ ABSL_FLAG(std::string, token_file, "",
           "--auth_tokens_file (default: the STOKER_TOKEN environment "
           "variable, if set).");
 ABSL_FLAG(std::string, keys_out, "",
-          "If set, writes '<epoch> <key>' per delivered sample to this file.");
+          "If set, writes '<epoch> <key>' per delivered sample to this file "
+          "(flushed after every batch).");
 ABSL_FLAG(int64_t, stop_after_batches, 0,
           "If > 0, stops after this many batches and prints the resume "
           "cursor as the last line.");
@@ -337,6 +338,9 @@ int main(int argc, char** argv) {
         for (const std::string& key : batch->keys) {
           *keys_out << epoch << ' ' << key << '\n';
         }
+        // Flushed per batch: a watcher sees the epoch's progress (the
+        // process tests wait for it instead of sleeping).
+        keys_out->flush();
       }
       for (const auto& s : batch->skipped) {
         spdlog::warn("server skipped sample '{}' (index {}) in {}: {}", s.key,

@@ -1,5 +1,5 @@
 // stoker_server: serves WebDataset shards as decoded, transformed uint8
-// batches over gRPC. See README.md; `--help` lists the flags.
+// batches over gRPC. See docs/user-guide.md; `--help` lists the flags.
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/atomic_file.h"
 #include "common/command_line.h"
 #include "server/data_service.h"
 #include "server/dataset.h"
@@ -96,8 +97,9 @@ ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(20),
           "On SIGTERM, how long running streams may take to finish their "
           "current batches before they are cancelled.");
 ABSL_FLAG(std::vector<std::string>, plugin, {},
-          "PATH.so: load the transform ops of this plugin (see README.md, "
-          "\"Plugins\") before serving. Repeat the flag for several plugins.");
+          "PATH.so: load the transform ops of this plugin (see "
+          "docs/transforms.md, \"Plugins\") before serving. Repeat the flag "
+          "for several plugins.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain: serve TLS (with --tls_key). Re-read every "
           "--tls_refresh_s, so rotated files serve new connections.");
@@ -126,6 +128,11 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(int64_t, raw_cache_bytes, 0,
           "Memory for raw sample bytes kept by cache_mode=CACHED_RAW requests "
           "(stoker.diagnose); 0 = a quarter of the memory budget.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, written atomically (temporary file + rename) once every "
+          "port listens: lines port=P, and health_port=H and metrics_port=M "
+          "when those ports are on. For launchers that start the server on "
+          "port 0: wait for the file instead of reading the log.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -459,6 +466,24 @@ int main(int argc, char** argv) {
   if ((*server)->health_port() != 0) {
     spdlog::info("health checks (plaintext) on port {}",
                  (*server)->health_port());
+  }
+  if (const std::string port_file = absl::GetFlag(FLAGS_port_file);
+      !port_file.empty()) {
+    std::string ports = absl::StrCat("port=", (*server)->port(), "\n");
+    if ((*server)->health_port() != 0) {
+      absl::StrAppend(&ports, "health_port=", (*server)->health_port(), "\n");
+    }
+    if (metrics != nullptr) {
+      absl::StrAppend(&ports, "metrics_port=", metrics->port(), "\n");
+    }
+    if (absl::Status written =
+            stoker::common::WriteFileAtomically(port_file, ports);
+        !written.ok()) {
+      spdlog::error("--port_file: {}", written.ToString());
+      (*server)->Shutdown();
+      (*server)->Wait();
+      return 2;
+    }
   }
   spdlog::info("stoker_server listening on port {} with {} worker threads, "
                "memory budget {} MiB",

@@ -1,13 +1,11 @@
 #include "server/shard_index_file.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <fstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/fnv.h"
 #include "proto/shard_index.pb.h"
 #include "server/storage/url.h"
@@ -84,22 +82,7 @@ absl::StatusOr<std::string> EncodeLocalShardIndex(
 
 absl::Status WriteIndexFile(const std::string& path,
                             const std::string& encoded) {
-  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(encoded.data(), static_cast<std::streamsize>(encoded.size()));
-    if (!out) {
-      ::unlink(temp.c_str());
-      return absl::UnavailableError(absl::StrCat("cannot write '", temp, "'"));
-    }
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(temp.c_str());
-    return absl::ErrnoToStatus(err,
-                               absl::StrCat("cannot rename to '", path, "'"));
-  }
-  return absl::OkStatus();
+  return common::WriteFileAtomically(path, encoded);
 }
 
 absl::StatusOr<DecodedIndex> DecodeShardIndex(absl::string_view bytes,

@@ -91,9 +91,10 @@ big=(--dataset=train --batch_size=64 --epochs=1 --streams_per_server=1
      --prefetch=1 --batches_per_request=20 --stall_timeout_s=60
      --unavailable_deadline_s=60)
 "$fetch_bin" --servers="$server" "${big[@]}" --token_file="$tmp/a.token" \
-  --step_ms=300 >"$tmp/slow.out" 2>&1 &
+  --step_ms=300 --keys_out="$tmp/slow.keys" >"$tmp/slow.out" 2>&1 &
 slow=$!
-sleep 1
+# The slow job's one stream is open (it has delivered a batch).
+wait_for_lines "$tmp/slow.keys" 1 "$slow"
 "$fetch_bin" --servers="$server" "${big[@]}" --token_file="$tmp/a.token" \
   >"$tmp/second.out" 2>&1 &
 second=$!

@@ -66,8 +66,9 @@ fetch=$!
 drained=0
 start=$(date +%s.%N)
 for i in 0 1 2; do
-  sleep 0.3
-  kill -0 "$fetch" 2>/dev/null || fail "the epoch ended before server $i was restarted"
+  # One more batch (4 keys) delivered since the last restart: the epoch
+  # is under way (wait_for_lines fails if it ended first).
+  wait_for_lines "$tmp/keys" $(((i + 1) * 4)) "$fetch"
   kill -TERM "${spids[$i]}"
   wait "${spids[$i]}" || fail "server $i exited with $? on SIGTERM"
   n=$(sed -n 's/.*draining: \([0-9]*\) streams.*/\1/p' "$tmp/s$i-0.log")

@@ -81,9 +81,10 @@ status=0
 # and finishes; new connections then need the new CA.
 "$fetch_bin" --servers="localhost:$tls_port" --tls_ca="$tmp/first-ca.pem" \
   "${fetch_flags[@]}" --step_ms=1000 --prefetch=1 --batches_per_request=1 \
-  >"$tmp/slow.out" 2>"$tmp/slow.err" &
+  --keys_out="$tmp/slow.keys" >"$tmp/slow.out" 2>"$tmp/slow.err" &
 slow=$!
-sleep 1
+# The slow stream is open and delivering before the swap.
+wait_for_lines "$tmp/slow.keys" 1 "$slow"
 cp "$tmp/server2.key" "$tmp/live.key.new"
 cp "$tmp/server2.pem" "$tmp/live.pem.new"
 mv "$tmp/live.key.new" "$tmp/live.key"

@@ -17,15 +17,19 @@ if [ ! -f "$data/sample-000007.tar" ]; then
 fi
 
 log="$(mktemp)"
+ports="$(mktemp -u)"
 "$bin/server/stoker_server" --port=0 --dataset="sample=$data/sample-*.tar" \
-  >"$log" 2>&1 &
+  --port_file="$ports" >"$log" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -f "$log"' EXIT
+trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -f "$log" "$ports"' EXIT
 
+# The server writes its port file once it listens (at most 60 s).
 port=""
-for _ in $(seq 1 100); do
-  port="$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$log")"
-  [ -n "$port" ] && break
+for _ in $(seq 1 600); do
+  if [ -f "$ports" ]; then
+    port="$(sed -n 's/^port=\([0-9]*\)$/\1/p' "$ports")"
+    break
+  fi
   if ! kill -0 $server 2>/dev/null; then cat "$log" >&2; exit 1; fi
   sleep 0.1
 done

@@ -10,7 +10,6 @@ import io
 import os
 import re
 import tarfile
-import time
 import unittest
 import urllib.request
 
@@ -31,17 +30,6 @@ def add_corrupt_shard(directory):
             tar.addfile(info, io.BytesIO(data))
 
 
-def metrics_port(server):
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with open(server.log_path) as f:
-            match = re.search(r"metrics on port (\d+)", f.read())
-        if match:
-            return int(match.group(1))
-        time.sleep(0.05)
-    raise AssertionError("no metrics port in the server log")
-
-
 class MetricsTest(unittest.TestCase):
 
     def test_prometheus_scrapes_the_server(self):
@@ -49,7 +37,7 @@ class MetricsTest(unittest.TestCase):
                                       samples_per_shard=20)
         add_corrupt_shard(os.path.dirname(glob))
         server = st.Server(glob, threads=2, flags=["--metrics_port=0"])
-        port = metrics_port(server)
+        port = server.ports["metrics_port"]
         # Three epochs of 6 batches with a 150 ms step: a request per batch
         # over more than a second, so the client reports its starvation
         # (reports cover at least a second).

@@ -4,13 +4,11 @@ STOKER_*_BIN variables to the binaries in the test's runfiles."""
 
 import atexit
 import os
-import re
 import signal
 import socket
 import subprocess
 import tarfile
 import tempfile
-import time
 
 SERVER_BIN = os.environ.get("STOKER_SERVER_BIN", "")
 FETCH_BIN = os.environ.get("STOKER_FETCH_BIN", "")
@@ -49,29 +47,22 @@ _servers = []
 
 
 class Server:
-    """A stoker_server process serving dataset "train" from `glob`."""
+    """A stoker_server process serving dataset "train" from `glob`, started
+    by stoker.launch.ServerProcess (it waits for the server's port file);
+    its log is in `log_path`."""
 
     def __init__(self, glob, threads=1, flags=()):
+        from stoker.launch import ServerProcess
         self.log_path = os.path.join(temp_dir("server"), "server.log")
-        self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(
+        self._launched = ServerProcess(
             [SERVER_BIN, "--port=0", f"--threads={threads}",
              f"--dataset=train={glob}", *flags],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            log_path=self.log_path, timeout_s=60)
         _servers.append(self)
-        self.port = None
-        deadline = time.monotonic() + 60
-        while self.port is None:
-            with open(self.log_path) as f:
-                match = re.search(r"listening on port (\d+)", f.read())
-            if match:
-                self.port = int(match.group(1))
-            elif self.process.poll() is not None or time.monotonic() > deadline:
-                with open(self.log_path) as f:
-                    raise RuntimeError("stoker_server did not start:\n" + f.read())
-            else:
-                time.sleep(0.05)
-        self.address = f"127.0.0.1:{self.port}"
+        self.process = self._launched.process
+        self.ports = self._launched.ports
+        self.port = self._launched.port
+        self.address = self._launched.address
 
     def pause(self):
         self.process.send_signal(signal.SIGSTOP)
@@ -80,11 +71,7 @@ class Server:
         self.process.send_signal(signal.SIGCONT)
 
     def kill(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.kill()
-            self.process.wait()
-        self._log.close()
+        self._launched.kill()
 
 
 @atexit.register

@@ -9,7 +9,8 @@ network latency. Standard library only.
         --fail_rate=0.2 --seed=1 --faults=reset,503,truncate \
         --delay_ms=20 --stats_file=/tmp/proxy_stats.json
 
-Prints "listening on port N" (and flushes) once it accepts connections.
+Prints "listening on port N" (and flushes) once it accepts connections, and
+writes --port_file (port=N, atomically) if given.
 
 Each client connection gets its own thread and its own keep-alive connection
 to the upstream; response bodies are relayed in chunks of up to 1 MiB.
@@ -471,6 +472,9 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0,
                         help="port on 127.0.0.1 to listen on; 0 picks one")
+    parser.add_argument("--port_file", default="",
+                        help="if set, written atomically with the line "
+                             "port=N once listening")
     parser.add_argument("--upstream", required=True,
                         help="http://host:port to forward to")
     parser.add_argument("--fail_rate", type=float, default=0.0,
@@ -502,6 +506,11 @@ def main(argv):
     server = Server(("127.0.0.1", args.port), Handler)
     server.state = State(args)
     print("listening on port %d" % server.server_address[1], flush=True)
+    if args.port_file:
+        temp = "%s.tmp.%d" % (args.port_file, os.getpid())
+        with open(temp, "w") as f:
+            f.write("port=%d\n" % server.server_address[1])
+        os.rename(temp, args.port_file)
     try:
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:

@@ -147,14 +147,22 @@ def read_access_log(path):
 
 class _Server(ServerProcess):
     """ServerProcess (tmp_dir, log_file, start/stop), plus the wait for the
-    "listening on port N" line of s3rver's front and fault_proxy.py."""
+    port file ("port=N", written atomically once listening) of s3rver's
+    front and fault_proxy.py, as stoker_server's --port_file."""
 
-    def _wait_for_port_line(self, timeout_s=START_TIMEOUT_S):
-        """Waits for "listening on port N" in the log; returns N."""
+    def _port_file(self):
+        return os.path.join(self.tmp_dir, "port")
+
+    def _wait_for_port_file(self, timeout_s=START_TIMEOUT_S):
+        """Waits for _port_file() to exist; returns its port."""
         deadline = time.monotonic() + timeout_s
+        path = self._port_file()
         while True:
-            m = re.search(r"listening on port (\d+)", self._log_text())
-            if m:
+            if os.path.exists(path):
+                with open(path) as f:
+                    m = re.fullmatch(r"port=(\d+)\n", f.read())
+                if not m:
+                    self._fail("wrote a bad port file")
                 return int(m.group(1))
             if self._process.poll() is not None:
                 self._fail("exited with status %d before listening"
@@ -422,6 +430,7 @@ class S3rver(_Server):
             "access_log": self.access_log,
             "cert_file": tls["cert_file"] if tls else None,
             "key_file": tls["key_file"] if tls else None,
+            "port_file": self._port_file(),
         }
         if tls:
             self.ca_file = tls["ca_file"]
@@ -435,7 +444,7 @@ class S3rver(_Server):
         # keeps in its legacy provider (without it, every truncated listing
         # is a 500 InternalError).
         self._spawn([node, "--openssl-legacy-provider", script, config_path])
-        self.port = self._wait_for_port_line()
+        self.port = self._wait_for_port_file()
         self.endpoint = "%s://127.0.0.1:%d" % ("https" if tls else "http",
                                                self.port)
 
@@ -501,8 +510,9 @@ class FaultProxy(_Server):
             "--faults=%s" % ",".join(self.faults),
             "--delay_ms=%r" % float(self.delay_ms),
             "--stats_file=%s" % self.stats_file,
+            "--port_file=%s" % self._port_file(),
         ])
-        self.port = self._wait_for_port_line()
+        self.port = self._wait_for_port_file()
         self.base_url = "http://127.0.0.1:%d" % self.port
 
 
@@ -916,6 +926,10 @@ fillBucket().then(count => {
   server.listen(0, '127.0.0.1', () => {
     console.log(`put ${count} objects in bucket ${cfg.bucket}`);
     console.log(`listening on port ${server.address().port}`);
+    // Atomically, as stoker_server's --port_file: the launcher waits for it.
+    const tmp = `${cfg.port_file}.tmp.${process.pid}`;
+    fs.writeFileSync(tmp, `port=${server.address().port}\n`);
+    fs.renameSync(tmp, cfg.port_file);
   });
 }).catch(err => {
   console.error(err);

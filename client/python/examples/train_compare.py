@@ -21,11 +21,8 @@ import argparse
 import glob as globlib
 import io
 import os
-import re
-import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 
 import torch
@@ -33,6 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import stoker
+from stoker.launch import ServerProcess, ServerStartError
 
 MEAN = stoker.IMAGENET_MEAN
 STD = stoker.IMAGENET_STD
@@ -166,27 +164,6 @@ def train(name, batches, args, num_classes, device):
     return images_seen, seconds, wait, loss.item()
 
 
-def start_server(server_bin, dataset, shards):
-    """Starts stoker_server on a free port (log in a temp file); returns
-    (process, address)."""
-    log = tempfile.NamedTemporaryFile("w+", prefix="stoker_server_",
-                                      suffix=".log", delete=False)
-    process = subprocess.Popen(
-        [server_bin, "--port=0", f"--dataset={dataset}={shards}"],
-        stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        with open(log.name) as f:
-            match = re.search(r"listening on port (\d+)", f.read())
-        if match:
-            process.log_path = log.name
-            return process, f"127.0.0.1:{match.group(1)}"
-        time.sleep(0.05)
-    process.kill()
-    with open(log.name) as f:
-        sys.exit("stoker_server did not start:\n" + f.read())
-
-
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -229,8 +206,13 @@ def main():
     if not servers:
         if not os.path.exists(args.server_bin):
             sys.exit(f"no --servers and no server binary at {args.server_bin}")
-        server, servers = start_server(args.server_bin, args.dataset,
-                                       args.shards)
+        try:
+            server = ServerProcess(
+                [args.server_bin, "--port=0",
+                 f"--dataset={args.dataset}={args.shards}"], timeout_s=60)
+        except ServerStartError as e:
+            sys.exit(str(e))
+        servers = server.address
     try:
         loader = stoker.Loader(
             servers, args.dataset, args.batch_size, transform, device=device,
@@ -254,8 +236,6 @@ def main():
     finally:
         if server is not None:
             server.kill()
-            server.wait()
-            os.unlink(server.log_path)
 
     for name, (images, seconds, wait, loss) in results.items():
         print(f"{name:>10}: {images} images in {seconds:.2f} s = "
