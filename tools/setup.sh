@@ -29,8 +29,9 @@ PACKAGES=(
   # (tests/testing/prometheus_server.py). The tests start their own
   # Prometheus; the packaged service is not used (nor started without systemd).
   prometheus prometheus-cpp-dev
-  # The documentation site, built with --strict by tools/test.sh.
-  mkdocs
+  # The documentation site, built with --strict by tools/test.sh, and the
+  # type check of the Python package (mypy --strict).
+  mkdocs mypy
 )
 
 # Packages that count as installed when their command is there: a nodejs

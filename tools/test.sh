@@ -5,7 +5,8 @@
 # base of its own so both caches stay warm). Then it builds the libFuzzer
 # targets of tests/fuzz with ASan and UBSan (--config=fuzz, same output base)
 # and runs each for STOKER_FUZZ_SECONDS seconds (default 60; 0 skips them).
-# Last, it builds the documentation site with `mkdocs build --strict`.
+# Last, it builds the documentation site with `mkdocs build --strict` and
+# type-checks the Python package with `mypy --strict`.
 # GPU tests (Bazel tag "gpu") run too with --gpu, on a machine with a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -95,6 +96,18 @@ else
   status=1
 fi
 rm -rf "$docs_dir"
+
+# The Python package's types: Debian's mypy (/usr/bin/mypy runs under
+# /usr/bin/python3, which sees python3-torch and python3-numpy), its cache
+# outside the tree.
+if /usr/bin/mypy --strict \
+    --cache-dir="${STOKER_MYPY_CACHE:-$HOME/.cache/stoker-mypy}" \
+    client/python/stoker; then
+  echo "types (mypy --strict client/python/stoker): passed"
+else
+  echo "types (mypy --strict client/python/stoker): FAILED"
+  status=1
+fi
 
 # One closing line for people and CI: test targets (each a whole test
 # binary or script) passed and failed.

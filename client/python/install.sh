@@ -59,8 +59,9 @@ if ((develop)); then
   echo "install.sh: wrote $dest/stoker.pth -> $bin"
 else
   mkdir "$dest/stoker"
-  cp "$bin"/stoker/*.py "$bin/stoker/_stoker.so" "$dest/stoker/"
-  chmod 644 "$dest"/stoker/*.py
+  cp "$bin"/stoker/*.py "$bin"/stoker/*.pyi "$bin/stoker/py.typed" \
+    "$bin/stoker/_stoker.so" "$dest/stoker/"
+  chmod 644 "$dest"/stoker/*.py "$dest"/stoker/*.pyi "$dest/stoker/py.typed"
   chmod 755 "$dest/stoker/_stoker.so"
   echo "install.sh: installed $dest/stoker"
 fi

@@ -1,8 +1,9 @@
 """py_package: copies a package's Python sources into bazel-bin.
 
 The importable package is assembled in bazel-bin/client/python/stoker/: the
-sources from client/python/stoker/*.py (copied by this rule) next to the
-extension built by cc_binary "stoker/_stoker.so". A genrule cannot do the
+sources from client/python/stoker/ (*.py, the extension's stub *.pyi and the
+py.typed marker; copied by this rule) next to the extension built by
+cc_binary "stoker/_stoker.so". A genrule cannot do the
 copy: its outputs may not share a label with a source file, and
 client/python/stoker/__init__.py is both. Files declared by a rule have no
 label, so the same relative path works.
@@ -28,11 +29,12 @@ def _py_package_impl(ctx):
 
 py_package = rule(
     implementation = _py_package_impl,
-    doc = "Copies srcs (files of this package) to the same relative paths " +
+    doc = "Copies srcs (files of this package: Python sources, stubs and " +
+          "the py.typed marker) to the same relative paths " +
           "under bazel-bin; data (e.g. the extension) is added to the " +
           "outputs and runfiles as is.",
     attrs = {
-        "srcs": attr.label_list(allow_files = [".py"]),
+        "srcs": attr.label_list(allow_files = [".py", ".pyi", "py.typed"]),
         "data": attr.label_list(allow_files = True),
     },
 )

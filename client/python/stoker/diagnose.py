@@ -46,13 +46,22 @@ servers' per-stage timings split the decode-and-transform rung into read,
 decode and transform.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import math
 import sys
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    import os
+
+    from stoker.loader import Loader
 
 RUNGS = (
     ("device_cached", "device cached", "the model alone"),
@@ -83,12 +92,12 @@ _COPY_ADDS = {"cuda": "+ host-to-device copy and conversion",
 READ_SHARE = 0.25
 
 
-def _sync(device):
+def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _batches(loader, epoch=0):
+def _batches(loader: Loader, epoch: int = 0) -> Iterator[Any]:
     """Batches of `loader` from `epoch` on, across epoch ends."""
     while True:
         loader.set_epoch(epoch)
@@ -101,7 +110,8 @@ def _batches(loader, epoch=0):
         epoch += 1
 
 
-def _stage_seconds(before, after):
+def _stage_seconds(before: dict[str, Any],
+                   after: dict[str, Any]) -> dict[str, float]:
     return {k: after[k] - before[k]
             for k in ("server_read_s", "server_decode_s", "server_transform_s")}
 
@@ -109,28 +119,29 @@ def _stage_seconds(before, after):
 class Rung:
     """One rung's measurement."""
 
-    def __init__(self, key, name, adds):
+    def __init__(self, key: str, name: str, adds: str) -> None:
         self.key, self.name, self.adds = key, name, adds
         self.steps = 0
         self.images = 0
         self.seconds = 0.0
         self.wait_seconds = 0.0
-        self.stages = None  # server CPU seconds by stage (rungs 4 and 5)
+        # server CPU seconds by stage (rungs 4 and 5)
+        self.stages: dict[str, float] | None = None
         self.servers = 0
 
     @property
-    def steps_per_s(self):
+    def steps_per_s(self) -> float:
         return self.steps / self.seconds if self.seconds > 0 else 0.0
 
     @property
-    def images_per_s(self):
+    def images_per_s(self) -> float:
         return self.images / self.seconds if self.seconds > 0 else 0.0
 
     @property
-    def wait_share(self):
+    def wait_share(self) -> float:
         return self.wait_seconds / self.seconds if self.seconds > 0 else 0.0
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"rung": self.key, "name": self.name, "steps": self.steps,
                 "images": self.images, "seconds": self.seconds,
                 "steps_per_s": self.steps_per_s,
@@ -143,13 +154,14 @@ class Report:
     """The ladder's rungs and the verdict. `device_type`: "cuda" or "cpu",
     where the batches were converted."""
 
-    def __init__(self, rungs, batch_size, device_type="cuda"):
+    def __init__(self, rungs: Sequence[Rung], batch_size: int,
+                 device_type: str = "cuda") -> None:
         self.rungs = rungs
         self.batch_size = batch_size
         self.device_type = device_type
         self.bottleneck, self.advice = self._verdict()
 
-    def _inconsistent(self):
+    def _inconsistent(self) -> list[tuple[Rung, Rung]]:
         """The rungs measured faster than the rung above them: (above,
         below) pairs. Rungs 2 to 4 each do all the work of the rung above
         them and more. The full rung is not judged against the cached-raw
@@ -162,7 +174,7 @@ class Report:
                 for above, below in zip(judged, judged[1:])
                 if below.steps_per_s > (1 + INCONSISTENT) * above.steps_per_s]
 
-    def _verdict(self):
+    def _verdict(self) -> tuple[str, str]:
         faster = self._inconsistent()
         if faster:
             pairs = "; ".join(
@@ -235,7 +247,7 @@ class Report:
             f"shuffle='blocks' for object storage, more requests in flight "
             f"(--storage_max_requests), or faster storage"))
 
-    def text(self):
+    def text(self) -> str:
         lines = [f"{'rung':<16}{'adds':<40}{'steps/s':>9}{'images/s':>10}"
                  f"{'waited':>8}"]
         for rung in self.rungs:
@@ -258,14 +270,14 @@ class Report:
         lines.append(f"bottleneck: {self.advice}")
         return "\n".join(lines)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size,
                 "device_type": self.device_type,
                 "bottleneck": self.bottleneck,
                 "advice": self.advice,
                 "rungs": [r.as_dict() for r in self.rungs]}
 
-    def write_svg(self, path):
+    def write_svg(self, path: str | os.PathLike[str]) -> None:
         """A bar chart of images/s per rung (the falling one in red), with
         the share of time spent waiting for data."""
         width, height, left, top, bar_h, gap = 760, 60 + 46 * len(self.rungs), 190, 40, 28, 18
@@ -303,8 +315,12 @@ class Report:
             f.write(svg)
 
 
-def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
-             chart=None, log=None):
+def diagnose(loader_kwargs: Mapping[str, Any],
+             step_fn: (Callable[[torch.Tensor, torch.Tensor], object]
+                       | None) = None,
+             steps: int = 30, warmup: int = 3, step_ms: float = 0.0,
+             chart: str | os.PathLike[str] | None = None,
+             log: Callable[[str], object] | None = None) -> Report:
     """Runs the five rungs for `loader_kwargs` (stoker.Loader's arguments)
     and returns a Report (report.text() is the table and the verdict).
 
@@ -321,7 +337,7 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
     if step_fn is None:
         seconds = step_ms / 1e3
 
-        def step_fn(images, labels):
+        def step_fn(images: torch.Tensor, labels: torch.Tensor) -> None:
             if seconds > 0:
                 time.sleep(seconds)
     log = log or (lambda message: None)
@@ -332,10 +348,14 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
     batch_size = kwargs.get("batch_size", 256)
     rungs = [Rung(*spec) for spec in RUNGS]
 
-    def run(rung, batches, loader=None, min_seconds=0.0, warm=warmup):
+    def run(rung: Rung, batches: Iterator[tuple[torch.Tensor, torch.Tensor]],
+            loader: Loader | None = None, min_seconds: float = 0.0,
+            warm: int = warmup) -> None:
         """Times `steps` steps after `warm` steps, and more (up to
         MAX_STEP_FACTOR times as many) until `min_seconds` have passed; the
         time spent getting each batch is waiting."""
+        # Set above; mypy does not carry that narrowing into this closure.
+        assert step_fn is not None and log is not None
         device = None
         stats_before = None
         for _ in range(warm):
@@ -360,6 +380,7 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
             waited += t1 - t0
             rung.images += images.shape[0]
             timed += 1
+        assert device is not None  # steps >= 1 batches were taken
         _sync(device)
         rung.seconds = time.perf_counter() - start
         rung.steps = timed
@@ -368,6 +389,7 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
             after = loader.stats()
             rung.servers = len(after["batches_by_server"])
             if rung.key in ("cached_raw", "full"):
+                assert stats_before is not None  # taken with the loader
                 rung.stages = _stage_seconds(stats_before, after)
         log(f"{rung.name}: {rung.images_per_s:.0f} images/s, waited "
             f"{100 * rung.wait_share:.0f}%")
@@ -391,7 +413,7 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
     # A closed loader still converts (its settings and allocation).
     replay = first._host_replay(raw, raw_labels)
 
-    def replayed():
+    def replayed() -> tuple[torch.Tensor, torch.Tensor]:
         converted, hard = first._convert_replay(replay)
         return converted, labels if first._mixing else hard
     run(rungs[1], iter(replayed, None), min_seconds=CACHED_MIN_SECONDS)
@@ -434,7 +456,7 @@ def diagnose(loader_kwargs, step_fn=None, steps=30, warmup=3, step_ms=0.0,
     return report
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="stoker_diagnose",
         description="Runs the caching ladder against Stoker servers and "

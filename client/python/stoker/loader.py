@@ -1,24 +1,33 @@
 """stoker.Loader: iterate over (images, labels) torch tensors from Stoker,
 or over the fields a request names (dicts of tensors, bytes and str)."""
 
+from __future__ import annotations
+
 import math
 import numbers
 import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Union, cast
 
 import torch
 
 from stoker import _stoker
 
+if TYPE_CHECKING:
+    # A field's value in a yielded batch: a tensor (image, mask, class) or
+    # the n values of a bytes / text field.
+    _FieldValue = Union[torch.Tensor, list[bytes], list[str]]
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-_DTYPES = {
+_DTYPES: dict[torch.dtype, str] = {
     torch.float32: "float32",
     torch.float16: "float16",
     torch.bfloat16: "bfloat16",
     torch.uint8: "uint8",
 }
-_DTYPE_NAMES = {
+_DTYPE_NAMES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float": torch.float32,
     "float16": torch.float16,
@@ -30,11 +39,12 @@ _DTYPE_NAMES = {
 _STATE_VERSION = 1
 
 
-def _invalid(message):
+def _invalid(message: str) -> _stoker.InvalidArgumentError:
     return _stoker.InvalidArgumentError(message)
 
 
-def _int_arg(name, value, minimum, maximum=None):
+def _int_arg(name: str, value: object, minimum: int,
+             maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _invalid(f"{name} must be an int, got {value!r}")
     value = int(value)
@@ -44,7 +54,7 @@ def _int_arg(name, value, minimum, maximum=None):
     return value
 
 
-def _seconds_arg(name, value):
+def _seconds_arg(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise _invalid(f"{name} must be a number of seconds, got {value!r}")
     value = float(value)
@@ -53,7 +63,7 @@ def _seconds_arg(name, value):
     return value
 
 
-def _servers_arg(servers):
+def _servers_arg(servers: object) -> str:
     if isinstance(servers, str):
         text = servers
     elif isinstance(servers, (list, tuple)) and all(
@@ -69,7 +79,7 @@ def _servers_arg(servers):
     return text
 
 
-def _device_arg(device):
+def _device_arg(device: object) -> str:
     if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if isinstance(device, str):
@@ -94,17 +104,17 @@ def _device_arg(device):
     return f"cuda:{index}"
 
 
-def _dtype_arg(dtype):
+def _dtype_arg(dtype: object) -> torch.dtype:
     if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
         dtype = _DTYPE_NAMES[dtype]
     if dtype not in _DTYPES:
         raise _invalid(
             "dtype must be torch.float32, torch.float16, torch.bfloat16 or "
             f"torch.uint8, got {dtype!r}")
-    return dtype
+    return cast(torch.dtype, dtype)  # a key of _DTYPES
 
 
-def _channels_arg(name, values):
+def _channels_arg(name: str, values: Iterable[Any]) -> list[float]:
     try:
         values = [float(v) for v in values]
     except (TypeError, ValueError):
@@ -116,7 +126,7 @@ def _channels_arg(name, values):
     return values
 
 
-def _real_arg(name, value):
+def _real_arg(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise _invalid(f"{name} must be a number, got {value!r}")
     value = float(value)
@@ -125,16 +135,18 @@ def _real_arg(name, value):
     return value
 
 
-def _probability_arg(name, value):
+def _probability_arg(name: str, value: object) -> float:
     value = _real_arg(name, value)
     if not 0 <= value <= 1:
         raise _invalid(f"{name} must be a probability in [0, 1], got {value}")
     return value
 
 
-def _range_arg(name, value, low_ok, what):
+def _range_arg(name: str, value: Any, low_ok: Callable[[float], bool],
+               what: str) -> list[float]:
     """A (min, max) pair of finite numbers with min <= max and
     low_ok(min)."""
+    pair: list[float] | None
     try:
         pair = [float(v) for v in value]
     except (TypeError, ValueError):
@@ -148,11 +160,11 @@ def _range_arg(name, value, low_ok, what):
 
 
 # torchvision.transforms.RandomErasing's defaults.
-_ERASING_DEFAULTS = {"p": 0.5, "scale": (0.02, 0.33), "ratio": (0.3, 3.3),
-                     "value": 0}
+_ERASING_DEFAULTS: dict[str, Any] = {
+    "p": 0.5, "scale": (0.02, 0.33), "ratio": (0.3, 3.3), "value": 0}
 
 
-def _random_erasing_arg(value):
+def _random_erasing_arg(value: object) -> dict[str, Any]:
     """random_erasing -> dict(p, scale, ratio, value, random); p == 0: off."""
     if value is None:
         config = dict(_ERASING_DEFAULTS, p=0.0)
@@ -201,7 +213,8 @@ def _random_erasing_arg(value):
     return dict(p=p, scale=scale, ratio=ratio, value=fill, random=random)
 
 
-def _fields_arg(fields):
+def _fields_arg(
+        fields: object) -> tuple[str | None, list[_stoker._Field] | None]:
     """fields -> (text, parsed list of dicts) or (None, None)."""
     if fields is None:
         return None, None
@@ -210,7 +223,7 @@ def _fields_arg(fields):
                        "mask=seg.png:mask:skip, caption=txt:text, "
                        f"label=cls:class', got {fields!r}")
     parsed = _stoker.parse_fields(fields)  # ValueError naming the field
-    names = set()
+    names: set[str] = set()
     for field in parsed:
         if field["name"] in names:
             raise _invalid(f"fields: field '{field['name']}' appears twice")
@@ -221,7 +234,7 @@ def _fields_arg(fields):
     return fields, parsed
 
 
-def _image_field(parsed):
+def _image_field(parsed: list[_stoker._Field]) -> str | None:
     """The field that is "the image" (converted, erased and mixed like the
     images of a request without fields): the first image field, unless it
     has views of its own (repeats=, transform=); else None."""
@@ -231,7 +244,7 @@ def _image_field(parsed):
     return None
 
 
-def _distributed_defaults():
+def _distributed_defaults() -> tuple[int, int]:
     """(rank, world_size) of torch.distributed if initialized, else of the
     RANK / WORLD_SIZE environment variables, else (0, 1)."""
     dist = getattr(torch, "distributed", None)
@@ -251,7 +264,7 @@ def _distributed_defaults():
     return values[0], values[1]
 
 
-def _check_plan(saved, current):
+def _check_plan(saved: object, current: str) -> None:
     if saved != current:
         raise _invalid(
             f"state_dict belongs to plan {saved!r}, this loader's plan is "
@@ -448,21 +461,39 @@ class Loader:
     and stats() as for corrupt ones.
     """
 
-    def __init__(self, servers, dataset, batch_size=256,
-                 transform="RandomResizedCrop(224)|RandomHorizontalFlip()", *,
-                 seed=0, shuffle=True, shuffle_window=1024, drop_last=False,
-                 cache_mode=None, rank=None,
-                 world_size=None, device=None, dtype=torch.float32,
-                 mean=IMAGENET_MEAN, std=IMAGENET_STD, channels_last=False,
-                 prefetch=8, batches_per_request=4, streams_per_server=2,
-                 in_order=True, fail_on_bad_sample=False, tls_ca=None,
-                 tls_cert=None, tls_key=None, token=None,
-                 stall_timeout=10.0,
-                 unavailable_timeout=30.0, output_slots=4, pinned_slots=0,
-                 random_erasing=None, mixup_alpha=0.0, cutmix_alpha=0.0,
-                 mix_prob=1.0, switch_prob=0.5, label_smoothing=0.0,
-                 num_classes=None, fields=None, fields_as_tuple=False):
-        self._pipeline = None
+    def __init__(self, servers: str | list[str] | tuple[str, ...],
+                 dataset: str, batch_size: int = 256,
+                 transform: str = ("RandomResizedCrop(224)|"
+                                   "RandomHorizontalFlip()"),
+                 *,
+                 seed: int = 0, shuffle: bool | Literal["blocks"] = True,
+                 shuffle_window: int = 1024, drop_last: bool = False,
+                 cache_mode: (Literal["none", "replay", "cached_raw"]
+                              | None) = None,
+                 rank: int | None = None,
+                 world_size: int | None = None,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | str = torch.float32,
+                 mean: Sequence[float] = IMAGENET_MEAN,
+                 std: Sequence[float] = IMAGENET_STD,
+                 channels_last: bool = False,
+                 prefetch: int = 8, batches_per_request: int = 4,
+                 streams_per_server: int = 2,
+                 in_order: bool = True, fail_on_bad_sample: bool = False,
+                 tls_ca: str | os.PathLike[str] | None = None,
+                 tls_cert: str | os.PathLike[str] | None = None,
+                 tls_key: str | os.PathLike[str] | None = None,
+                 token: str | None = None,
+                 stall_timeout: float = 10.0,
+                 unavailable_timeout: float = 30.0, output_slots: int = 4,
+                 pinned_slots: int = 0,
+                 random_erasing: float | dict[str, Any] | None = None,
+                 mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
+                 mix_prob: float = 1.0, switch_prob: float = 0.5,
+                 label_smoothing: float = 0.0,
+                 num_classes: int | None = None, fields: str | None = None,
+                 fields_as_tuple: bool = False) -> None:
+        self._pipeline: _stoker.Pipeline | None = None
         settings = _stoker.Settings()
         settings.servers = _servers_arg(servers)
         if not isinstance(dataset, str) or not dataset:
@@ -588,16 +619,17 @@ class Loader:
         # The epoch the next iteration starts, and a cursor to resume from
         # instead (set by load_state_dict).
         self._next_epoch = 0
-        self._resume = None
+        self._resume: str | None = None
         # The epoch of the latest iteration; whether it has not finished.
-        self._epoch = None
+        self._epoch: int | None = None
         self._in_progress = False
         # Bumped by every new iteration (and by load_state_dict / set_epoch)
         # so older iterators know they are stale.
         self._generation = 0
 
-    def _check_field_ops(self, settings):
+    def _check_field_ops(self, settings: _stoker.Settings) -> None:
         """Batch augmentations with fields: they apply to the image alone."""
+        assert self._fields is not None  # only called with fields
         roles = [f["role"] for f in self._fields]
         if self._mixing:
             if "mask" in roles:
@@ -617,64 +649,64 @@ class Loader:
 
     # --- not a dataset ---
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: object) -> NoReturn:
         # torch.utils.data.DataLoader(loader) indexes its dataset (in its
         # workers); without this it fails with a bare TypeError.
         raise TypeError(_NOT_A_DATASET)
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         # DataLoader workers started with spawn pickle the dataset; a Loader
         # holds connections and threads.
         raise TypeError(_NOT_A_DATASET)
 
     # --- properties ---
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Batches per epoch for this rank."""
         return self._open().num_batches
 
     @property
-    def dataset_samples(self):
+    def dataset_samples(self) -> int:
         """Samples in the whole dataset (all ranks)."""
         return self._open().dataset_samples
 
     @property
-    def epoch(self):
+    def epoch(self) -> int | None:
         """The epoch of the latest iteration (None before the first)."""
         return self._epoch
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return self._settings.rank
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         return self._settings.world_size
 
     @property
-    def device(self):
+    def device(self) -> torch.device:
         return self._device
 
     @property
-    def dtype(self):
+    def dtype(self) -> torch.dtype:
         return self._dtype
 
     @property
-    def fields(self):
+    def fields(self) -> list[str] | None:
         """The field names in request order (None without fields)."""
         if self._fields is None:
             return None
         return [f["name"] for f in self._fields]
 
     @property
-    def plan_id(self):
+    def plan_id(self) -> str:
         """Identifies the plan (dataset content, transform, batch size, seed,
         rank, world size, shuffle, drop_last) that state dicts belong to."""
         return self._open().plan_id
 
     # --- epochs ---
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch `epoch` (DistributedSampler style).
         A pending load_state_dict resume is kept when it is for this epoch
         and dropped otherwise."""
@@ -685,10 +717,10 @@ class Loader:
         self._in_progress = False
         self._generation += 1
 
-    def __iter__(self):
+    def __iter__(self) -> _EpochIterator:
         return self._iterate(with_info=False)
 
-    def iter_with_info(self):
+    def iter_with_info(self) -> _EpochIterator:
         """Like iter(loader), yielding (images, labels, info) (with fields:
         (dict_or_tuple, info)) where info is a dict: epoch, batch_index,
         keys, sample_indices and labels (per sample; labels are the hard int
@@ -701,7 +733,7 @@ class Loader:
         partner; see the class docstring)."""
         return self._iterate(with_info=True)
 
-    def _iterate(self, with_info):
+    def _iterate(self, with_info: bool) -> _EpochIterator:
         pipeline = self._open()
         if self._resume is not None:
             pipeline.start(self._resume)
@@ -716,25 +748,26 @@ class Loader:
         self._generation += 1
         return _EpochIterator(self, self._generation, with_info)
 
-    def _allocate(self, shape):
+    def _allocate(
+            self, shape: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """New (images, labels) tensors for a batch of logical shape
         (n, c, h, w), from torch's allocator (on CUDA: its caching allocator,
         for the current stream)."""
         return self._allocate_images(shape), self._allocate_labels(shape[0])
 
-    def _allocate_images(self, shape):
+    def _allocate_images(self, shape: Sequence[int]) -> torch.Tensor:
         return torch.empty(
             shape, dtype=self._dtype, device=self._device,
             memory_format=(torch.channels_last if self._settings.channels_last
                            else torch.contiguous_format))
 
-    def _allocate_labels(self, n):
+    def _allocate_labels(self, n: int) -> torch.Tensor:
         if self._mixing:
             return torch.empty((n, self._settings.num_classes),
                                dtype=torch.float32, device=self._device)
         return torch.empty((n,), dtype=torch.int64, device=self._device)
 
-    def _allocate_views(self, shape):
+    def _allocate_views(self, shape: Sequence[int]) -> torch.Tensor:
         """A tensor for an image field of views: received shape (n, h, w, 3)
         or (n, repeats, h, w, 3); logical (n, 3, h, w) or (n, repeats, 3, h,
         w), each view laid out like the images."""
@@ -745,9 +778,15 @@ class Loader:
             tensor = tensor.view(shape[0], shape[1], c, h, w)
         return tensor
 
-    def _convert(self, staged):
+    def _convert(
+            self, staged: _stoker.StagedBatch
+    ) -> (tuple[torch.Tensor, torch.Tensor] | tuple[_FieldValue, ...]
+          | dict[str, _FieldValue]):
         """Converts a staged batch into (images, labels), or with fields
         into a dict (or tuple) of the fields' values."""
+        images: torch.Tensor | None
+        labels: torch.Tensor | None
+        value: _FieldValue
         stream = 0
         if self._device.type == "cuda":
             stream = torch.cuda.current_stream(self._device).cuda_stream
@@ -762,8 +801,8 @@ class Loader:
                 f"request named {self.fields}")
         images = None
         labels = None
-        values = []
-        addresses = []
+        values: list[_FieldValue] = []
+        addresses: list[int] = []
         for index, (field, (_, role, shape, is_image)) in enumerate(
                 zip(self._fields, received)):
             address = 0
@@ -794,12 +833,14 @@ class Loader:
         # Only soft labels go through `labels`; class fields are addresses.
         staged.convert_into(
             images.data_ptr() if images is not None else 0,
-            labels.data_ptr() if self._mixing else 0, stream, addresses)
+            # Mixing needs a class field (checked in __init__): labels is set.
+            cast(torch.Tensor, labels).data_ptr() if self._mixing else 0,
+            stream, addresses)
         for index, (_, role, shape, _) in enumerate(received):
             if role != "mask":
                 continue
             n, h, w, c = shape
-            mask = values[index]
+            mask = cast(torch.Tensor, values[index])  # a mask is a tensor
             if c == 1:
                 values[index] = mask.view(n, h, w)
             else:
@@ -810,7 +851,8 @@ class Loader:
             return tuple(values)
         return {f["name"]: v for f, v in zip(self._fields, values)}
 
-    def _host_replay(self, pixels, labels):
+    def _host_replay(self, pixels: torch.Tensor,
+                     labels: torch.Tensor) -> _stoker.HostReplay:
         """A _stoker.HostReplay of one batch: `pixels` a uint8 CPU tensor
         whose memory is NHWC (e.g. a channels_last uint8 batch of a loader
         with device="cpu"), `labels` int64 of shape (N,). Replayed with
@@ -826,7 +868,9 @@ class Loader:
         return _stoker.HostReplay(self._settings, nhwc.data_ptr(),
                                   labels.data_ptr(), tuple(nhwc.shape))
 
-    def _convert_replay(self, replay):
+    def _convert_replay(
+            self, replay: _stoker.HostReplay
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(images, labels) converted from a _host_replay, in new tensors
         allocated as for a delivered batch."""
         stream = 0
@@ -838,12 +882,13 @@ class Loader:
         replay.convert_into(images.data_ptr(), labels.data_ptr(), stream)
         return images, labels
 
-    def _resume_epoch(self):
-        return _stoker.parse_cursor(self._resume)["epoch"]
+    def _resume_epoch(self) -> int:
+        # Only called with a pending resume cursor.
+        return _stoker.parse_cursor(cast(str, self._resume))["epoch"]
 
     # --- checkpoints ---
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         """{"version", "plan_id", "epoch", "cursor"}: `cursor` (a string) is
         set while an epoch is partly yielded and names the batches yielded so
         far; otherwise it is None and `epoch` is the epoch the next iteration
@@ -867,7 +912,7 @@ class Loader:
             "cursor": cursor,
         }
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores a state_dict() of a loader with the same arguments (the
         cursor must belong to this plan: same dataset content, transform,
         batch size, seed, rank, world size, shuffle, drop_last and fields).
@@ -910,7 +955,7 @@ class Loader:
 
     # --- statistics and lifetime ---
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """Cumulative figures since creation: server_read_s, server_decode_s,
         server_transform_s (server CPU time summed over samples),
         network_bytes (pixel bytes received), client_wait_s (time this
@@ -921,19 +966,19 @@ class Loader:
         rebuilds (restarts after abandoned epochs), batches_by_server."""
         return self._open().stats()
 
-    def close(self):
+    def close(self) -> None:
         """Stops fetching and frees the loader's threads and buffers (batches
         still held stay valid). Idempotent."""
         if self._pipeline is not None:
             self._pipeline.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Loader:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         s = self._settings
         fields = f", fields={s.fields!r}" if self._fields is not None else ""
         return (f"stoker.Loader(servers={s.servers!r}, dataset={s.dataset!r}, "
@@ -942,7 +987,7 @@ class Loader:
                 f"device='{self._device}', dtype={self._dtype}, "
                 f"channels_last={s.channels_last}{fields})")
 
-    def _open(self):
+    def _open(self) -> _stoker.Pipeline:
         if self._pipeline is None or self._pipeline.closed:
             raise _invalid("the loader is closed")
         return self._pipeline
@@ -951,19 +996,22 @@ class Loader:
 class _EpochIterator:
     """One epoch's batches; see Loader."""
 
-    def __init__(self, loader, generation, with_info):
+    def __init__(self, loader: Loader, generation: int,
+                 with_info: bool) -> None:
         self._loader = loader
         self._generation = generation
         self._with_info = with_info
         self._done = False
 
-    def __iter__(self):
+    def __iter__(self) -> _EpochIterator:
         return self
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._loader)
 
-    def __next__(self):
+    # (images, labels), (images, labels, info), fields or (fields, info), as
+    # Loader says: Any, like torch.utils.data.DataLoader's items.
+    def __next__(self) -> Any:
         if self._done:
             raise StopIteration
         loader = self._loader
