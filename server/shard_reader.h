@@ -23,11 +23,13 @@
 // image nor a label member (e.g. a stray README.txt) are not samples. A
 // sample without both is defective for the classic request only.
 //
-// Indexing (ShardIndex) reads only tar headers and seeks over member data
-// (it scans for headers only after a corrupt one and in the bytes after the
-// end-of-archive marker, normally a few blocks of padding); reading
-// (ShardReader) preads member data by the offsets recorded in the index and
-// refuses to serve a shard that changed since it was indexed.
+// Indexing (ShardIndex) is a TarScanner (server/tar_scanner.h) feeding a
+// SampleGrouper (server/sample_grouper.h). It reads only tar headers and
+// seeks over member data (it scans for headers only after a corrupt one and
+// in the bytes after the end-of-archive marker, normally a few blocks of
+// padding); reading (ShardReader) preads member data by the offsets
+// recorded in the index and refuses to serve a shard that changed since it
+// was indexed.
 
 #include <cstdint>
 #include <memory>
@@ -38,71 +40,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/sample_grouper.h"
+#include "server/tar_scanner.h"
 
 namespace stoker::server {
 
-enum class ImageFormat { kJpeg, kPng, kWebp };
-
-// One member of a sample: its extension (everything after the first dot of
-// the member's base name, lowercased, e.g. "seg.png") and where its data is.
-struct MemberRef {
-  std::string extension;
-  int64_t offset = 0;
-  int64_t size = 0;
-};
-
-// Where one sample's members live inside its shard. Plain value type.
-struct SampleRecord {
-  // WebDataset key, e.g. "train/n01440764_10026" (directories kept).
-  std::string key;
-  // Shard number given to ShardIndex::Build (the dataset's shard position).
-  int32_t shard = 0;
-  // Byte offset and length of the image member's data in the shard file;
-  // offset -1 when the sample has no image member.
-  int64_t image_offset = -1;
-  int64_t image_size = 0;
-  // Container format, from the image member's extension (not sniffed).
-  ImageFormat format = ImageFormat::kJpeg;
-  // Byte offset and length of the label member's data; offset -1 when the
-  // sample has no label member.
-  int64_t label_offset = -1;
-  int64_t label_size = 0;
-  // Empty for a sample that looked usable at index time. Otherwise a short
-  // human-readable reason the sample cannot be read, e.g. "no label member",
-  // "no image member", "empty image member", "duplicate image member
-  // 'x.png'", "truncated shard: ...", "a member may be lost in damaged
-  // data: ...", "members on both sides of damaged data: ..." (see
-  // ShardIndex::Build). ShardReader::ReadSample refuses such a record with
-  // DataLoss carrying this text.
-  std::string defect;
-  // Every member of the sample, in tar order (the image and label members
-  // included), for requests that name their fields.
-  std::vector<MemberRef> members;
-  // The part of `defect` that spoils every member (damage, duplicate
-  // members); empty when the sample's only defect is a missing or empty
-  // image or label member, which matters only to requests that want one.
-  // ShardReader::ReadMembers refuses records with a non-empty damage.
-  std::string damage;
-
-  // The first member whose extension is one of `extensions`, tried in that
-  // order; null if there is none.
-  const MemberRef* FindMember(const std::vector<std::string>& extensions)
-      const;
-};
-
-// A stretch of a shard that indexing skipped because a tar header in it was
-// corrupt. Plain value type.
-struct CorruptRegion {
-  // Byte offset of the corrupt header (512-aligned).
-  int64_t offset = 0;
-  // Bytes skipped: from `offset` to the next valid header found (or to the
-  // end of the file if none was found).
-  int64_t size = 0;
-  // What was wrong with the header: "bad checksum", "bad size field",
-  // "unparsable pax record", "<n>-byte long-name record" (or "pax record"),
-  // or "all-zero block with more members after it".
-  std::string reason;
-};
+// ImageFormat, MemberRef and SampleRecord are defined in
+// server/sample_grouper.h, CorruptRegion in server/tar_scanner.h.
 
 // The result of scanning one shard's tar headers. Immutable after Build
 // (Renumber aside, before it is shared); safe to share between threads.
@@ -111,7 +55,7 @@ class ShardIndex {
  public:
   // Label members longer than this many bytes are flagged as defects at index
   // time (a valid int32 with whitespace fits easily).
-  static constexpr int64_t kMaxLabelBytes = 64;
+  static constexpr int64_t kMaxLabelBytes = SampleGrouper::kMaxLabelBytes;
 
   // Scans the tar headers of `path`, never reading member data (GNU long
   // names and pax headers are header data and are read) except to look for
