@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "image/ops/transform.h"
+#include "server/stream_request.h"
 #include "spdlog/spdlog.h"
 
 namespace stoker::server {
@@ -14,16 +15,6 @@ namespace {
 // Finished batches' mappings kept for reuse: enough for a few streams that
 // each have a batch being sent and one or two being assembled.
 constexpr int kKeptBatchMappings = 8;
-
-// A request's string for an error message: quoted, and cut short when it is
-// long (a client may send megabytes; echoing them would make the status
-// itself too large to deliver).
-std::string Quote(absl::string_view s) {
-  constexpr size_t kMaxShown = 64;
-  if (s.size() <= kMaxShown) return absl::StrCat("'", s, "'");
-  return absl::StrCat("'", s.substr(0, kMaxShown), "...' (", s.size(),
-                      " bytes)");
-}
 
 }  // namespace
 
@@ -78,7 +69,8 @@ DataService::DataService(const DataServiceOptions& options,
               ? static_cast<int64_t>(options.max_memory_share_per_job *
                                      options.max_memory_bytes)
               : 0)),
-      mappings_(std::make_shared<PixelMappingCache>(kKeptBatchMappings)) {
+      mappings_(std::make_shared<PixelMappingCache>(kKeptBatchMappings)),
+      admission_(options.max_streams) {
   image::SampleProcessorOptions processor = options.processor;
   pool_ = std::make_unique<WorkerPool>(
       options.worker_threads, [processor, budget = budget_] {
@@ -163,7 +155,7 @@ absl::StatusOr<const Dataset*> DataService::FindDataset(
   if (it != datasets_.end()) return it->second.get();
   std::vector<std::string> names;
   for (const auto& [n, d] : datasets_) names.push_back(n);
-  return absl::NotFoundError(absl::StrCat("unknown dataset ", Quote(name),
+  return absl::NotFoundError(absl::StrCat("unknown dataset ", QuoteForStatus(name),
                                           "; this server has: ",
                                           absl::StrJoin(names, ", ")));
 }
@@ -222,151 +214,52 @@ std::shared_ptr<const std::vector<int64_t>> DataService::GlobalOrder(
   return order;
 }
 
+void DataService::RecordReport(const v1::ClientReport& r,
+                               const std::string& job) {
+  JobReport report;
+  report.job = job.empty() ? "default" : job;
+  report.starvation = std::clamp(r.starvation(), 0.0, 1.0);
+  report.images_per_second = std::max(r.images_per_second(), 0.0);
+  report.at = absl::Now();
+  absl::MutexLock lock(&reports_mu_);
+  reports_[report.job] = report;
+}
+
 absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
     const v1::StreamBatchesRequest& request, std::function<void()> on_ready,
     const std::string& job) {
-  const v1::EpochPlanSpec& spec = request.plan();
-  absl::StatusOr<const Dataset*> found = FindDataset(spec.dataset());
+  absl::StatusOr<const Dataset*> found = FindDataset(request.plan().dataset());
   if (!found.ok()) return found.status();
   const Dataset& dataset = **found;
-  if (!request.expected_fingerprint().empty() &&
-      request.expected_fingerprint() != dataset.fingerprint()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "dataset '", dataset.name(), "' has fingerprint ",
-        dataset.fingerprint(), " on this server, the client expected ",
-        Quote(request.expected_fingerprint())));
-  }
-  absl::StatusOr<image::Transform> transform =
-      image::Transform::Create(spec.transform());
-  if (!transform.ok()) return transform.status();
-  int height = transform->output_size().height;
-  int width = transform->output_size().width;
-  auto shared_transform =
-      std::make_shared<const image::Transform>(*std::move(transform));
-  std::shared_ptr<const FieldLayout> fields;
-  if (!spec.fields().empty()) {
-    absl::StatusOr<FieldLayout> layout =
-        MakeFieldLayout(spec.fields(), shared_transform);
-    if (!layout.ok()) return layout.status();
-    layout->max_image_pixels = options_.processor.max_image_pixels;
-    // The batch's shape is the image field's (the first image field).
-    const FieldLayout::Field& image = layout->fields[layout->image];
-    shared_transform = image.transform;
-    width = image.out_width;
-    height = image.out_height;
-    fields = std::make_shared<const FieldLayout>(*std::move(layout));
-  }
-  // Bytes per sample of the fixed-size outputs (image and masks).
-  const int64_t sample_bytes =
-      fields != nullptr ? static_cast<int64_t>(fields->fixed_sample_bytes)
-                        : int64_t{height} * width * 3;
-
-  common::EpochPlanParams params;
-  params.num_samples = dataset.sample_count();
-  params.seed = spec.seed();
-  params.epoch = spec.epoch();
-  params.rank = spec.rank();
-  params.world_size = spec.world_size();
-  params.batch_size = spec.batch_size();
-  params.shuffle = spec.shuffle();
-  params.drop_last = spec.drop_last();
-  if (spec.shuffle_window() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shuffle_window must be >= 0, got ", spec.shuffle_window()));
-  }
-  // The cheap checks come before computing (or fetching) an epoch order.
-  if (absl::Status s = common::ValidateBatching(
-          spec.batch_size(), spec.rank(), spec.world_size());
-      !s.ok()) {
-    return s;
-  }
-  const int64_t batch_bytes = int64_t{spec.batch_size()} * sample_bytes;
-  const std::string batch_shape =
-      fields != nullptr
-          ? absl::StrCat(spec.batch_size(), " samples of ", sample_bytes,
-                         " image and mask bytes")
-          : absl::StrCat(spec.batch_size(), "x", height, "x", width, "x3");
-  if (batch_bytes > options_.max_batch_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "a batch of ", batch_shape, " is ", batch_bytes,
-        " bytes; this server's limit is ", options_.max_batch_bytes,
-        " (--max_batch_bytes)"));
-  }
-  if (batch_bytes > budget_->limit()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "a batch of ", batch_shape, " is ", batch_bytes,
-        " bytes, more than this server's whole memory budget of ",
-        budget_->limit(), " bytes (--max_memory_bytes); ask for smaller "
-        "batches"));
-  }
-  switch (request.bad_sample_policy()) {
-    case v1::BAD_SAMPLE_POLICY_UNSPECIFIED:
-    case v1::BAD_SAMPLE_POLICY_SKIP:
-    case v1::BAD_SAMPLE_POLICY_FAIL:
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown bad_sample_policy ", request.bad_sample_policy()));
-  }
+  absl::StatusOr<StreamSpec> spec = ValidateStreamRequest(
+      request, dataset,
+      StreamLimits{options_.max_batch_bytes, budget_->limit(),
+                   options_.processor.max_image_pixels});
+  if (!spec.ok()) return spec.status();
   absl::StatusOr<common::EpochPlan> plan = common::EpochPlan::Create(
-      params,
-      GlobalOrder(dataset, spec.seed(), spec.epoch(), spec.shuffle(),
-                  spec.shuffle_window()));
+      spec->params,
+      GlobalOrder(dataset, spec->params.seed, spec->params.epoch,
+                  spec->params.shuffle, spec->shuffle_window));
   if (!plan.ok()) return plan.status();
-
-  const int64_t num_batches = plan->num_batches();
-  const int64_t start = request.start_batch();
-  const int64_t end = request.end_batch() == 0 ? num_batches
-                                                : request.end_batch();
-  if (start < 0 || start > num_batches || end < start || end > num_batches) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch range [", start, ", ", end, ") is outside this epoch's ",
-        num_batches, " batches"));
-  }
-
-  switch (request.cache_mode()) {
-    case v1::CACHE_MODE_NONE:
-    case v1::CACHE_MODE_CACHED_RAW:
-      break;
-    case v1::CACHE_MODE_REPLAY:
-      if (fields != nullptr) {
-        return absl::InvalidArgumentError(
-            "cache_mode REPLAY does not support requests with fields");
-      }
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown cache_mode ", request.cache_mode()));
-  }
+  absl::StatusOr<std::pair<int64_t, int64_t>> range =
+      RequestedRange(request, plan->num_batches());
+  if (!range.ok()) return range.status();
   if (request.client_report().valid()) {
-    const v1::ClientReport& r = request.client_report();
-    JobReport report;
-    report.job = job.empty() ? "default" : job;
-    report.starvation = std::clamp(r.starvation(), 0.0, 1.0);
-    report.images_per_second = std::max(r.images_per_second(), 0.0);
-    report.at = absl::Now();
-    absl::MutexLock lock(&reports_mu_);
-    reports_[report.job] = report;
+    RecordReport(request.client_report(), job);
   }
+  absl::StatusOr<StreamAdmission::Slot> slot = admission_.Admit();
+  if (!slot.ok()) return slot.status();
+  std::shared_ptr<BatchStream> stream = BatchStream::Start(
+      MakeSetup(dataset, *std::move(spec), *std::move(plan), *range, job),
+      options_.stream, std::move(on_ready));
+  return admission_.Track(*std::move(slot), std::move(stream));
+}
 
-  std::shared_ptr<Counters> counters = counters_;
-  {
-    absl::MutexLock lock(&counters->mu);
-    if (counters->draining) {
-      counters->refused.fetch_add(1);
-      return absl::UnavailableError(
-          "server is draining (shutting down); ask another server");
-    }
-    if (counters->open >= options_.max_streams) {
-      counters->refused.fetch_add(1);
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "server is at its limit of ", options_.max_streams,
-          " concurrent streams (--max_streams); retry later or elsewhere"));
-    }
-    ++counters->open;
-  }
-  counters->opened.fetch_add(1);
-
+BatchStreamSetup DataService::MakeSetup(const Dataset& dataset,
+                                        StreamSpec spec,
+                                        common::EpochPlan plan,
+                                        std::pair<int64_t, int64_t> range,
+                                        const std::string& job) {
   BatchStreamSetup setup;
   setup.dataset = &dataset;
   setup.pool = pool_.get();
@@ -376,83 +269,53 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   setup.prefetch_counters = prefetch_counters_;
   setup.budget = budget_;
   setup.mappings = mappings_;
-  setup.plan = *std::move(plan);
-  setup.seed = spec.seed();
-  setup.epoch = spec.epoch();
-  setup.transform = std::move(shared_transform);
-  setup.out_height = height;
-  setup.out_width = width;
-  setup.fields = std::move(fields);
+  setup.plan = std::move(plan);
+  setup.seed = spec.params.seed;
+  setup.epoch = spec.params.epoch;
+  setup.transform = std::move(spec.transform);
+  setup.out_height = spec.out_height;
+  setup.out_width = spec.out_width;
+  setup.fields = std::move(spec.fields);
   setup.job = job;
-  setup.start_batch = start;
-  setup.end_batch = end;
-  setup.fail_on_bad_sample =
-      request.bad_sample_policy() == v1::BAD_SAMPLE_POLICY_FAIL;
+  setup.start_batch = range.first;
+  setup.end_batch = range.second;
+  setup.fail_on_bad_sample = spec.fail_on_bad_sample;
   setup.metrics = metrics_.get();
-  setup.replay = request.cache_mode() == v1::CACHE_MODE_REPLAY;
+  setup.replay = spec.cache_mode == v1::CACHE_MODE_REPLAY;
   // REPLAY reads the first batch of its range through the raw cache too, so
   // that after a CACHED_RAW pass the replay rung of the caching ladder
   // reads nothing from storage (slow storage would otherwise make it slower
   // than the cached-raw rung below it).
-  if (request.cache_mode() == v1::CACHE_MODE_CACHED_RAW ||
-      request.cache_mode() == v1::CACHE_MODE_REPLAY) {
+  if (spec.cache_mode == v1::CACHE_MODE_CACHED_RAW ||
+      spec.cache_mode == v1::CACHE_MODE_REPLAY) {
     setup.raw_cache = RawCacheFor(dataset);
   }
-  setup.on_skipped = [counters](const v1::SkippedSample& s) {
-    counters->skipped.fetch_add(1);
+  setup.on_skipped = [skipped = skipped_](const v1::SkippedSample& s) {
+    skipped->fetch_add(1);
     spdlog::warn("skipped sample '{}' (index {}) in shard {}: {}", s.key(),
                  s.sample_index(), s.shard(), s.reason());
   };
-  std::shared_ptr<BatchStream> stream =
-      BatchStream::Start(std::move(setup), options_.stream, std::move(on_ready));
-  bool drain_now;
-  {
-    absl::MutexLock lock(&counters->mu);
-    counters->live[stream.get()] = stream;
-    drain_now = counters->draining;  // draining began since admission
-  }
-  if (drain_now) stream->Drain();
-  // The admission slot is released when the stream is destroyed.
-  return std::shared_ptr<BatchStream>(
-      stream.get(), [stream, counters](BatchStream* raw) mutable {
-        stream.reset();
-        absl::MutexLock lock(&counters->mu);
-        counters->live.erase(raw);
-        --counters->open;
-      });
+  return setup;
 }
 
 void DataService::StartDraining() {
-  std::vector<std::shared_ptr<BatchStream>> streams;
-  {
-    absl::MutexLock lock(&counters_->mu);
-    if (counters_->draining) return;
-    counters_->draining = true;
-    for (const auto& [raw, weak] : counters_->live) {
-      if (std::shared_ptr<BatchStream> s = weak.lock()) streams.push_back(s);
-    }
+  if (const std::optional<int64_t> drained = admission_.StartDraining()) {
+    spdlog::info("draining: {} streams finish their current batches",
+                 *drained);
   }
-  spdlog::info("draining: {} streams finish their current batches",
-               streams.size());
-  // Outside the lock: Drain wakes the transport.
-  for (const std::shared_ptr<BatchStream>& s : streams) s->Drain();
 }
 
 bool DataService::WaitForStreamsToEnd(absl::Duration timeout) {
-  absl::MutexLock lock(&counters_->mu);
-  return counters_->mu.AwaitWithTimeout(
-      absl::Condition(counters_.get(), &Counters::NoneOpen), timeout);
+  return admission_.WaitForNoneOpen(timeout);
 }
 
 DataServiceStats DataService::stats() const {
   DataServiceStats s;
-  s.streams_opened = counters_->opened.load();
-  s.streams_refused = counters_->refused.load();
-  {
-    absl::MutexLock lock(&counters_->mu);
-    s.active_streams = counters_->open;
-  }
-  s.skipped_samples = counters_->skipped.load();
+  const StreamAdmission::Stats admitted = admission_.stats();
+  s.streams_opened = admitted.opened;
+  s.streams_refused = admitted.refused;
+  s.active_streams = admitted.open;
+  s.skipped_samples = skipped_->load();
   s.memory = budget_->stats();
   return s;
 }

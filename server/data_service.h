@@ -2,8 +2,9 @@
 #define STOKER_SERVER_DATA_SERVICE_H_
 
 // The server's logic behind the RPCs, with no gRPC in it: dataset lookup,
-// request validation, admission (--max_streams), the shared worker pool and
-// a cache of epoch orders. The gRPC adapter (server/grpc_service.h) only
+// request validation (server/stream_request.h), admission and draining
+// (server/stream_admission.h), the shared worker pool and a cache of epoch
+// orders. The gRPC adapter (server/grpc_service.h) only
 // forwards to this class and converts statuses.
 //
 // Thread-safe. Must outlive every stream it opened.
@@ -33,6 +34,8 @@
 #include "server/raw_cache.h"
 #include "server/storage/disk_cache.h"
 #include "server/storage/object_store.h"
+#include "server/stream_admission.h"
+#include "server/stream_request.h"
 #include "server/worker_pool.h"
 
 namespace stoker::server {
@@ -151,28 +154,27 @@ class DataService {
   std::shared_ptr<const std::vector<int64_t>> GlobalOrder(
       const Dataset& dataset, uint64_t seed, int64_t epoch, bool shuffle,
       int64_t shuffle_window);
+  // A validated request's BatchStream setup over the shared pools, budget
+  // and caches.
+  BatchStreamSetup MakeSetup(const Dataset& dataset, StreamSpec spec,
+                             common::EpochPlan plan,
+                             std::pair<int64_t, int64_t> range,
+                             const std::string& job);
+  // Keeps a client's report (starvation, demand) for job_reports().
+  void RecordReport(const v1::ClientReport& report, const std::string& job);
 
   const DataServiceOptions options_;
   const std::map<std::string, std::unique_ptr<Dataset>> datasets_;
 
-  // Shared with stream admission tokens, which may outlive a call.
-  struct Counters {
-    std::atomic<int64_t> opened{0};
-    std::atomic<int64_t> refused{0};
-    std::atomic<int64_t> skipped{0};
-    absl::Mutex mu;
-    bool draining ABSL_GUARDED_BY(mu) = false;
-    // Streams admitted and not yet destroyed.
-    int64_t open ABSL_GUARDED_BY(mu) = 0;
-    // The started ones among them, for StartDraining.
-    std::map<const BatchStream*, std::weak_ptr<BatchStream>> live
-        ABSL_GUARDED_BY(mu);
-    bool NoneOpen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return open == 0; }
-  };
-  std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
   const std::shared_ptr<MemoryBudget> budget_;
   // Batch mappings kept between batches (server/batch_stream.h).
   const std::shared_ptr<PixelMappingCache> mappings_;
+  // --max_streams and draining (declared after mappings_: initialized in
+  // this order).
+  StreamAdmission admission_;
+  // Samples skipped since start; shared with the streams' on_skipped.
+  const std::shared_ptr<std::atomic<int64_t>> skipped_ =
+      std::make_shared<std::atomic<int64_t>>(0);
 
   absl::Mutex cache_mu_;
   // Most recently used first.

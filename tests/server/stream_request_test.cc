@@ -1,0 +1,208 @@
+// ValidateStreamRequest and RequestedRange: a request against a real
+// dataset (small synthetic shards) and the server's limits, with no
+// service, no threads and no gRPC.
+
+#include "server/stream_request.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "image/ops/transform.h"
+#include "server/dataset.h"
+#include "tests/testing/temp_dir.h"
+#include "tools/sample_shards.h"
+
+namespace stoker::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+class StreamRequestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = stoker::testing::TempDirForCurrentTest();
+    tools::SampleShardsOptions shards;
+    shards.dir = absl::StrCat(dir, "/shards");
+    shards.num_shards = 2;
+    shards.samples_per_shard = 5;
+    shards.min_side = 16;
+    shards.max_side = 32;
+    shards.seed = 3;
+    ASSERT_TRUE(tools::WriteSampleShards(shards).ok());
+    absl::StatusOr<std::unique_ptr<Dataset>> dataset =
+        Dataset::Open("train", absl::StrCat(shards.dir, "/*.tar"));
+    ASSERT_TRUE(dataset.ok()) << dataset.status();
+    dataset_ = *std::move(dataset);
+  }
+
+  // A valid request: batches of 4 crops of 8x6.
+  v1::StreamBatchesRequest Request() const {
+    v1::StreamBatchesRequest request;
+    v1::EpochPlanSpec* plan = request.mutable_plan();
+    plan->set_dataset("train");
+    *plan->mutable_transform() = *image::ParseTransform("Resize((6, 8))");
+    plan->set_batch_size(4);
+    plan->set_seed(11);
+    plan->set_epoch(2);
+    plan->set_world_size(1);
+    plan->set_shuffle(true);
+    return request;
+  }
+
+  StreamLimits limits_{int64_t{1} << 20, int64_t{1} << 30, 1 << 20};
+  std::unique_ptr<Dataset> dataset_;
+};
+
+TEST_F(StreamRequestTest, ValidRequestGivesTheStreamsShapeAndPlan) {
+  absl::StatusOr<StreamSpec> spec =
+      ValidateStreamRequest(Request(), *dataset_, limits_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->out_height, 6);
+  EXPECT_EQ(spec->out_width, 8);
+  EXPECT_EQ(spec->sample_bytes, 6 * 8 * 3);
+  EXPECT_EQ(spec->fields, nullptr);
+  EXPECT_EQ(spec->params.num_samples, 10);
+  EXPECT_EQ(spec->params.seed, 11u);
+  EXPECT_EQ(spec->params.epoch, 2);
+  EXPECT_EQ(spec->params.batch_size, 4);
+  EXPECT_TRUE(spec->params.shuffle);
+  EXPECT_FALSE(spec->fail_on_bad_sample);
+  EXPECT_EQ(spec->cache_mode, v1::CACHE_MODE_NONE);
+}
+
+TEST_F(StreamRequestTest, FailPolicyAndCacheModeAreCarried) {
+  v1::StreamBatchesRequest request = Request();
+  request.set_bad_sample_policy(v1::BAD_SAMPLE_POLICY_FAIL);
+  request.set_cache_mode(v1::CACHE_MODE_REPLAY);
+  absl::StatusOr<StreamSpec> spec =
+      ValidateStreamRequest(request, *dataset_, limits_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->fail_on_bad_sample);
+  EXPECT_EQ(spec->cache_mode, v1::CACHE_MODE_REPLAY);
+}
+
+TEST_F(StreamRequestTest, RefusesAnotherFingerprintWithATruncatedQuote) {
+  v1::StreamBatchesRequest request = Request();
+  request.set_expected_fingerprint(std::string(100, 'f'));
+  absl::StatusOr<StreamSpec> spec =
+      ValidateStreamRequest(request, *dataset_, limits_);
+  EXPECT_TRUE(absl::IsFailedPrecondition(spec.status())) << spec.status();
+  EXPECT_THAT(spec.status().message(), HasSubstr("...' (100 bytes)"));
+}
+
+TEST_F(StreamRequestTest, AcceptsTheDatasetsOwnFingerprint) {
+  v1::StreamBatchesRequest request = Request();
+  request.set_expected_fingerprint(dataset_->fingerprint());
+  EXPECT_TRUE(ValidateStreamRequest(request, *dataset_, limits_).ok());
+}
+
+TEST_F(StreamRequestTest, RefusesBadBatching) {
+  v1::StreamBatchesRequest request = Request();
+  request.mutable_plan()->set_rank(1);  // world_size 1
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ValidateStreamRequest(request, *dataset_, limits_).status()));
+  request = Request();
+  request.mutable_plan()->set_shuffle_window(-1);
+  absl::Status status =
+      ValidateStreamRequest(request, *dataset_, limits_).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(status));
+  EXPECT_THAT(status.message(), HasSubstr("shuffle_window"));
+}
+
+TEST_F(StreamRequestTest, RefusesBatchesOverEitherLimit) {
+  StreamLimits small = limits_;
+  small.max_batch_bytes = 4 * 6 * 8 * 3 - 1;
+  absl::Status status =
+      ValidateStreamRequest(Request(), *dataset_, small).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("4x6x8x3"));
+  EXPECT_THAT(status.message(), HasSubstr("--max_batch_bytes"));
+
+  small = limits_;
+  small.memory_limit = 4 * 6 * 8 * 3 - 1;
+  status = ValidateStreamRequest(Request(), *dataset_, small).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("--max_memory_bytes"));
+
+  small.memory_limit = 4 * 6 * 8 * 3;  // exactly one batch: fits
+  EXPECT_TRUE(ValidateStreamRequest(Request(), *dataset_, small).ok());
+}
+
+TEST_F(StreamRequestTest, RefusesUnknownPolicyAndCacheMode) {
+  v1::StreamBatchesRequest request = Request();
+  request.set_bad_sample_policy(static_cast<v1::BadSamplePolicy>(77));
+  absl::Status status =
+      ValidateStreamRequest(request, *dataset_, limits_).status();
+  EXPECT_THAT(status.message(), HasSubstr("unknown bad_sample_policy 77"));
+  request = Request();
+  request.set_cache_mode(static_cast<v1::CacheMode>(55));
+  status = ValidateStreamRequest(request, *dataset_, limits_).status();
+  EXPECT_THAT(status.message(), HasSubstr("unknown cache_mode 55"));
+}
+
+TEST_F(StreamRequestTest, RefusesReplayWithFields) {
+  v1::StreamBatchesRequest request = Request();
+  request.set_cache_mode(v1::CACHE_MODE_REPLAY);
+  v1::FieldSpec* image = request.mutable_plan()->add_fields();
+  image->set_name("image");
+  image->add_extensions("jpg");
+  image->add_extensions("png");
+  image->set_role(v1::FIELD_ROLE_IMAGE);
+  absl::Status status =
+      ValidateStreamRequest(request, *dataset_, limits_).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("REPLAY"));
+  request.set_cache_mode(v1::CACHE_MODE_NONE);
+  absl::StatusOr<StreamSpec> spec =
+      ValidateStreamRequest(request, *dataset_, limits_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_NE(spec->fields, nullptr);
+  EXPECT_EQ(spec->fields->max_image_pixels, limits_.max_image_pixels);
+}
+
+TEST_F(StreamRequestTest, RefusesABadTransform) {
+  v1::StreamBatchesRequest request = Request();
+  request.mutable_plan()->mutable_transform()->add_steps()->set_op("NoSuchOp");
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ValidateStreamRequest(request, *dataset_, limits_).status()));
+}
+
+TEST(RequestedRangeTest, EndZeroMeansTheEpochsEnd) {
+  v1::StreamBatchesRequest request;
+  request.set_start_batch(2);
+  absl::StatusOr<std::pair<int64_t, int64_t>> range =
+      RequestedRange(request, 5);
+  ASSERT_TRUE(range.ok());
+  EXPECT_EQ(*range, std::make_pair(int64_t{2}, int64_t{5}));
+  request.set_end_batch(3);
+  EXPECT_EQ(*RequestedRange(request, 5), std::make_pair(int64_t{2}, int64_t{3}));
+  request.set_start_batch(5);
+  request.set_end_batch(0);
+  EXPECT_EQ(*RequestedRange(request, 5), std::make_pair(int64_t{5}, int64_t{5}));
+}
+
+TEST(RequestedRangeTest, RefusesRangesOutsideTheEpoch) {
+  for (auto [start, end] : {std::pair<int64_t, int64_t>{-1, 2},
+                            {6, 0},
+                            {3, 2},
+                            {0, 6}}) {
+    v1::StreamBatchesRequest request;
+    request.set_start_batch(start);
+    request.set_end_batch(end);
+    absl::Status status = RequestedRange(request, 5).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << start << " " << end;
+    EXPECT_THAT(status.message(), HasSubstr("outside this epoch's 5 batches"));
+  }
+}
+
+TEST(QuoteForStatusTest, QuotesShortTextAndCutsLongText) {
+  EXPECT_EQ(QuoteForStatus("abc"), "'abc'");
+  EXPECT_EQ(QuoteForStatus(std::string(70, 'x')),
+            absl::StrCat("'", std::string(64, 'x'), "...' (70 bytes)"));
+}
+
+}  // namespace
+}  // namespace stoker::server
