@@ -50,12 +50,41 @@ grpc::ByteBuffer EncodeBatch(ReadyBatch batch) {
 
 class StreamReactor;
 
-// Lets the stream's on_ready callback and the idle watchdog reach a reactor
-// only while it is alive: OnDone clears `reactor` under `mu`, which they
-// hold while using it.
-struct Link {
-  absl::Mutex mu;
-  StreamReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+// Lets threads that are not gRPC's (the stream's on_ready callback, the
+// idle watchdog) call a reactor that gRPC may finish at any moment, with no
+// lock held during the call: a reactor's calls start gRPC operations
+// (StartWrite, Finish, TryCancel), and no lock may be held across those.
+// A caller pins the reactor for the call (With); OnDone detaches it
+// (Detach). The reactor is deleted by whoever comes last: OnDone when no
+// pin is out, else the last pin's release. Thread-safe.
+class Link {
+ public:
+  void Attach(StreamReactor* reactor) {
+    absl::MutexLock lock(&mu_);
+    reactor_ = reactor;
+  }
+
+  // Calls fn(reactor) if the reactor is not detached yet, with no lock
+  // held; the reactor lives until fn returns.
+  template <typename Fn>
+  void With(Fn fn);
+
+  // OnDone: no pin is taken from now on. Returns true if the caller must
+  // delete the reactor now; false if a pin is out (its release deletes it).
+  bool Detach(StreamReactor* reactor) {
+    absl::MutexLock lock(&mu_);
+    reactor_ = nullptr;
+    if (pins_ == 0) return true;
+    orphan_ = reactor;
+    return false;
+  }
+
+ private:
+  absl::Mutex mu_;
+  StreamReactor* reactor_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int pins_ ABSL_GUARDED_BY(mu_) = 0;
+  // Detached while pinned: the last pin deletes it.
+  StreamReactor* orphan_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace
@@ -148,19 +177,13 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return;
     }
     link_ = std::make_shared<Link>();
-    {
-      absl::MutexLock lock(&link_->mu);
-      link_->reactor = this;
-    }
+    link_->Attach(this);
     watchdog_->Add(link_);
     std::shared_ptr<Link> link = link_;
     absl::StatusOr<std::shared_ptr<BatchStream>> stream =
         service->OpenStream(
             request,
-            [link] {
-              absl::MutexLock lock(&link->mu);
-              if (link->reactor != nullptr) link->reactor->Pump();
-            },
+            [link] { link->With([](StreamReactor* r) { r->Pump(); }); },
             *job);
     if (!stream.ok()) {
       spdlog::info("refused stream from {}: {}", peer_,
@@ -211,20 +234,22 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnDone() override {
-    if (link_ != nullptr) {
-      {
-        absl::MutexLock lock(&link_->mu);
-        link_->reactor = nullptr;
-      }
-      watchdog_->Remove(link_.get());
-    }
     CancelStream();
-    delete this;
+    if (link_ == nullptr) {
+      delete this;
+      return;
+    }
+    watchdog_->Remove(link_.get());
+    // A pin still out (a Pump or CancelIfIdle running on another thread)
+    // deletes the reactor when it ends. The Link outlives that: the pin's
+    // holder keeps a shared_ptr to it.
+    std::shared_ptr<Link> link = link_;
+    if (link->Detach(this)) delete this;
   }
 
   // Cancels the call if a write has waited for the client longer than
   // `timeout`: the client stopped reading, and the batch it does not take
-  // holds memory. Called with the Link's mutex held (the reactor is alive).
+  // holds memory. Called pinned (Link::With), with no lock held.
   bool CancelIfIdle(absl::Time now, absl::Duration timeout) {
     {
       absl::MutexLock lock(&mu_);
@@ -371,6 +396,24 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
 };
 
+template <typename Fn>
+void Link::With(Fn fn) {
+  StreamReactor* reactor = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (reactor_ == nullptr) return;
+    reactor = reactor_;
+    ++pins_;
+  }
+  fn(reactor);
+  StreamReactor* orphan = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (--pins_ == 0) orphan = std::exchange(orphan_, nullptr);
+  }
+  delete orphan;
+}
+
 }  // namespace
 
 GrpcService::Watchdog::Watchdog(absl::Duration idle_timeout)
@@ -407,11 +450,11 @@ void GrpcService::Watchdog::Loop() {
     }
     const absl::Time now = absl::Now();
     for (const std::shared_ptr<Link>& link : links) {
-      absl::MutexLock lock(&link->mu);
-      if (link->reactor != nullptr &&
-          link->reactor->CancelIfIdle(now, idle_timeout_)) {
-        cancelled_.fetch_add(1);
-      }
+      link->With([&](StreamReactor* reactor) {
+        if (reactor->CancelIfIdle(now, idle_timeout_)) {
+          cancelled_.fetch_add(1);
+        }
+      });
     }
   }
 }
