@@ -190,52 +190,66 @@ struct Config {
   bool any_remote = false;
 };
 
-absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
-  Config config;
+// --port, --host, --health_port and TLS.
+absl::Status ReadListening(Config* config) {
   const int port = absl::GetFlag(FLAGS_port);
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--port must be in [0, 65535], got ", port));
   }
-  config.server.listen_address =
+  config->server.listen_address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
-  config.server.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  config.server.tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  config.server.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
-  config.server.tls.refresh_seconds = absl::GetFlag(FLAGS_tls_refresh_s);
+  config->server.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  config->server.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  config->server.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  config->server.tls.refresh_seconds = absl::GetFlag(FLAGS_tls_refresh_s);
   if (const int health_port = absl::GetFlag(FLAGS_health_port);
       health_port >= 0) {
     if (health_port > 65535) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--health_port must be in [0, 65535], got ", health_port));
     }
-    config.server.health_address =
+    config->server.health_address =
         absl::StrCat(absl::GetFlag(FLAGS_host), ":", health_port);
   }
+  if (absl::GetFlag(FLAGS_metrics_port) > 65535) {
+    return absl::InvalidArgumentError("--metrics_port must be <= 65535");
+  }
+  return absl::OkStatus();
+}
+
+// Tokens and the per-job limits that need them.
+absl::Status ReadJobs(Config* config) {
   if (const std::string path = absl::GetFlag(FLAGS_auth_tokens_file);
       !path.empty()) {
     absl::StatusOr<std::shared_ptr<const stoker::server::TokenAuthorizer>>
         auth = stoker::server::TokenAuthorizer::Load(path);
     if (!auth.ok()) return auth.status();
-    config.server.grpc.auth = *std::move(auth);
+    config->server.grpc.auth = *std::move(auth);
   }
-  config.server.grpc.max_streams_per_job =
+  config->server.grpc.max_streams_per_job =
       absl::GetFlag(FLAGS_max_streams_per_job);
   const double share = absl::GetFlag(FLAGS_max_memory_share_per_job);
   if (!(share > 0 && share <= 1) ||
-      (share < 1 && config.server.grpc.auth == nullptr)) {
+      (share < 1 && config->server.grpc.auth == nullptr)) {
     return absl::InvalidArgumentError(
         "--max_memory_share_per_job must be in (0, 1] and, below 1, needs "
         "--auth_tokens_file (jobs are known by their tokens)");
   }
-  config.service.max_memory_share_per_job = share;
-  if (config.server.grpc.max_streams_per_job < 0 ||
-      (config.server.grpc.max_streams_per_job > 0 &&
-       config.server.grpc.auth == nullptr)) {
+  config->service.max_memory_share_per_job = share;
+  if (config->server.grpc.max_streams_per_job < 0 ||
+      (config->server.grpc.max_streams_per_job > 0 &&
+       config->server.grpc.auth == nullptr)) {
     return absl::InvalidArgumentError(
         "--max_streams_per_job must be >= 0 and needs --auth_tokens_file "
         "(jobs are known by their tokens)");
   }
+  return absl::OkStatus();
+}
+
+// --dataset=NAME=GLOB (at least one).
+absl::Status ReadDatasets(const std::vector<std::string>& datasets,
+                          Config* config) {
   if (datasets.empty()) {
     return absl::InvalidArgumentError(
         "give at least one --dataset=NAME=GLOB, e.g. "
@@ -247,32 +261,45 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--dataset must be NAME=GLOB, got '", d, "'"));
     }
-    config.datasets.emplace_back(d.substr(0, eq), d.substr(eq + 1));
+    config->datasets.emplace_back(d.substr(0, eq), d.substr(eq + 1));
   }
-  for (const auto& [name, glob] : config.datasets) {
-    config.any_remote = config.any_remote || stoker::storage::SchemeOf(glob) !=
-                                                 stoker::storage::Scheme::kLocal;
+  for (const auto& [name, glob] : config->datasets) {
+    config->any_remote =
+        config->any_remote ||
+        stoker::storage::SchemeOf(glob) != stoker::storage::Scheme::kLocal;
   }
-  config.storage.s3_endpoint = absl::GetFlag(FLAGS_s3_endpoint);
-  config.storage.s3_region = absl::GetFlag(FLAGS_s3_region);
-  config.storage.http.ca_file = absl::GetFlag(FLAGS_storage_ca_file);
-  config.storage.http.max_concurrent_requests =
+  return absl::OkStatus();
+}
+
+// Object storage, prefetching and the sample cache.
+absl::Status ReadStorage(Config* config) {
+  config->storage.s3_endpoint = absl::GetFlag(FLAGS_s3_endpoint);
+  config->storage.s3_region = absl::GetFlag(FLAGS_s3_region);
+  config->storage.http.ca_file = absl::GetFlag(FLAGS_storage_ca_file);
+  config->storage.http.max_concurrent_requests =
       absl::GetFlag(FLAGS_storage_max_requests);
-  config.storage.http.max_attempts = absl::GetFlag(FLAGS_storage_attempts);
-  if (config.storage.http.max_concurrent_requests < 1 ||
-      config.storage.http.max_attempts < 1) {
+  config->storage.http.max_attempts = absl::GetFlag(FLAGS_storage_attempts);
+  if (config->storage.http.max_concurrent_requests < 1 ||
+      config->storage.http.max_attempts < 1) {
     return absl::InvalidArgumentError(
         "--storage_max_requests and --storage_attempts must be >= 1");
   }
-  config.service.io_threads = config.storage.http.max_concurrent_requests;
-  config.service.stream.prefetch_bytes = absl::GetFlag(FLAGS_prefetch_bytes);
-  if (config.service.stream.prefetch_bytes < 0) {
+  config->service.io_threads = config->storage.http.max_concurrent_requests;
+  config->service.stream.prefetch_bytes = absl::GetFlag(FLAGS_prefetch_bytes);
+  if (config->service.stream.prefetch_bytes < 0) {
     return absl::InvalidArgumentError("--prefetch_bytes must be >= 0");
   }
-  if (config.service.stream.prefetch_bytes == 0) config.service.io_threads = 0;
+  if (config->service.stream.prefetch_bytes == 0) {
+    config->service.io_threads = 0;
+  }
   if (absl::GetFlag(FLAGS_cache_bytes) < 1) {
     return absl::InvalidArgumentError("--cache_bytes must be >= 1");
   }
+  return absl::OkStatus();
+}
+
+// Workers, streams, batches and memory.
+absl::Status ReadCapacity(Config* config) {
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) {
     return absl::InvalidArgumentError("--threads must be >= 0");
@@ -280,56 +307,196 @@ absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
   if (threads == 0) {
     threads = std::max(1u, std::thread::hardware_concurrency());
   }
-  config.service.worker_threads = threads;
-  config.service.max_streams = absl::GetFlag(FLAGS_max_streams);
-  if (config.service.max_streams < 1) {
+  config->service.worker_threads = threads;
+  config->service.max_streams = absl::GetFlag(FLAGS_max_streams);
+  if (config->service.max_streams < 1) {
     return absl::InvalidArgumentError("--max_streams must be >= 1");
   }
-  config.service.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
-  if (config.service.max_batch_bytes < 1) {
+  config->service.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
+  if (config->service.max_batch_bytes < 1) {
     return absl::InvalidArgumentError("--max_batch_bytes must be >= 1");
   }
-  config.service.stream.max_inflight_batches =
+  config->service.stream.max_inflight_batches =
       absl::GetFlag(FLAGS_inflight_batches);
-  if (config.service.stream.max_inflight_batches < 1) {
+  if (config->service.stream.max_inflight_batches < 1) {
     return absl::InvalidArgumentError("--inflight_batches must be >= 1");
   }
   const int64_t memory = absl::GetFlag(FLAGS_max_memory_bytes);
   if (memory < 0) {
     return absl::InvalidArgumentError("--max_memory_bytes must be >= 0");
   }
-  config.service.max_memory_bytes =
+  config->service.max_memory_bytes =
       memory > 0 ? memory : AvailableMemoryBytes() / 2;
-  config.server.grpc.stream_idle_timeout =
-      absl::GetFlag(FLAGS_stream_idle_timeout);
-  if (config.server.grpc.stream_idle_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--stream_idle_timeout must be > 0");
-  }
-  config.drain_grace = absl::GetFlag(FLAGS_drain_grace);
-  if (config.drain_grace < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--drain_grace must be >= 0");
-  }
-  config.service.raw_cache_bytes = absl::GetFlag(FLAGS_raw_cache_bytes);
-  if (config.service.raw_cache_bytes < 0) {
+  config->service.raw_cache_bytes = absl::GetFlag(FLAGS_raw_cache_bytes);
+  if (config->service.raw_cache_bytes < 0) {
     return absl::InvalidArgumentError("--raw_cache_bytes must be >= 0");
   }
-  if (absl::GetFlag(FLAGS_metrics_port) > 65535) {
-    return absl::InvalidArgumentError("--metrics_port must be <= 65535");
+  return absl::OkStatus();
+}
+
+// Timeouts, decoding and logging.
+absl::Status ReadBehaviour(Config* config) {
+  config->server.grpc.stream_idle_timeout =
+      absl::GetFlag(FLAGS_stream_idle_timeout);
+  if (config->server.grpc.stream_idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--stream_idle_timeout must be > 0");
   }
-  config.service.processor.dct_scaling = absl::GetFlag(FLAGS_dct_scaling);
-  config.service.processor.max_image_pixels =
+  config->drain_grace = absl::GetFlag(FLAGS_drain_grace);
+  if (config->drain_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--drain_grace must be >= 0");
+  }
+  config->service.processor.dct_scaling = absl::GetFlag(FLAGS_dct_scaling);
+  config->service.processor.max_image_pixels =
       absl::GetFlag(FLAGS_max_image_pixels);
-  if (config.service.processor.max_image_pixels < 1) {
+  if (config->service.processor.max_image_pixels < 1) {
     return absl::InvalidArgumentError("--max_image_pixels must be >= 1");
   }
   const std::string level = absl::GetFlag(FLAGS_log_level);
-  config.log_level = spdlog::level::from_str(level);
-  if (config.log_level == spdlog::level::off && level != "off") {
+  config->log_level = spdlog::level::from_str(level);
+  if (config->log_level == spdlog::level::off && level != "off") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--log_level must be trace, debug, info, warn, error or off, got '",
         level, "'"));
   }
+  return absl::OkStatus();
+}
+
+// Every flag, validated once; the first bad flag is the one reported.
+absl::StatusOr<Config> ReadConfig(const std::vector<std::string>& datasets) {
+  Config config;
+  absl::Status status = ReadListening(&config);
+  if (status.ok()) status = ReadJobs(&config);
+  if (status.ok()) status = ReadDatasets(datasets, &config);
+  if (status.ok()) status = ReadStorage(&config);
+  if (status.ok()) status = ReadCapacity(&config);
+  if (status.ok()) status = ReadBehaviour(&config);
+  if (!status.ok()) return status;
   return config;
+}
+
+// Prints a start-up error the user can fix (a flag) and returns exit 2.
+int BadFlag(absl::string_view prefix, const absl::Status& status) {
+  std::fprintf(stderr, "stoker_server: %s%s\n", std::string(prefix).c_str(),
+               std::string(status.message()).c_str());
+  return 2;
+}
+
+// Loads the --plugin libraries (before any request can name their ops;
+// after the signal mask, which threads a plugin starts inherit).
+absl::Status LoadPlugins(const std::vector<std::string>& plugins) {
+  for (const std::string& path : plugins) {
+    absl::StatusOr<stoker::image::LoadedPlugin> plugin =
+        stoker::image::LoadPlugin(path);
+    if (!plugin.ok()) return plugin.status();
+    spdlog::info("plugin {} from {}: ops {}", plugin->name, plugin->path,
+                 absl::StrJoin(plugin->ops, ", "));
+  }
+  return absl::OkStatus();
+}
+
+// Object storage and its caches, when a dataset is there.
+struct Storage {
+  std::unique_ptr<stoker::storage::ObjectStore> store;
+  std::unique_ptr<stoker::storage::DiskCache> disk_cache;
+  stoker::server::DatasetOptions dataset_options;
+};
+
+// --cache_dir: the sample cache, and the index cache beside it.
+absl::Status OpenCaches(const std::string& dir, Storage* storage) {
+  absl::StatusOr<std::unique_ptr<stoker::storage::DiskCache>> cache =
+      stoker::storage::DiskCache::Open(dir, absl::GetFlag(FLAGS_cache_bytes));
+  if (!cache.ok()) return cache.status();
+  storage->disk_cache = *std::move(cache);
+  const stoker::storage::DiskCacheStats kept = storage->disk_cache->stats();
+  spdlog::info("sample cache {}: {} entries, {} bytes kept from before",
+               storage->disk_cache->directory(), kept.entries, kept.bytes);
+  const std::string index_dir = dir + "/stoker-index-v1";
+  if (::mkdir(index_dir.c_str(), 0755) == 0 || errno == EEXIST) {
+    storage->dataset_options.index.index_cache_dir = index_dir;
+    storage->dataset_options.index.temp_dir = index_dir;
+  } else {
+    spdlog::warn("no index cache: cannot create {}: {}", index_dir,
+                 std::strerror(errno));
+  }
+  return absl::OkStatus();
+}
+
+// Opens every --dataset; the first that cannot be opened is the error.
+absl::StatusOr<std::vector<std::unique_ptr<Dataset>>> OpenDatasets(
+    const Config& config, const stoker::server::DatasetOptions& options) {
+  std::vector<std::unique_ptr<Dataset>> opened;
+  for (const auto& [name, glob] : config.datasets) {
+    absl::StatusOr<std::unique_ptr<Dataset>> dataset =
+        Dataset::Open(name, glob, options);
+    if (!dataset.ok()) return dataset.status();
+    spdlog::info("dataset {}: {} samples in {} shards, {} bytes, fingerprint {}",
+                 name, (*dataset)->sample_count(), (*dataset)->shard_count(),
+                 (*dataset)->total_bytes(), (*dataset)->fingerprint());
+    opened.push_back(*std::move(dataset));
+  }
+  return opened;
+}
+
+// --port_file: the ports, written once every one of them listens.
+absl::Status WritePortFile(const std::string& path, const StokerServer& server,
+                           const stoker::server::MetricsExporter* metrics) {
+  std::string ports = absl::StrCat("port=", server.port(), "\n");
+  if (server.health_port() != 0) {
+    absl::StrAppend(&ports, "health_port=", server.health_port(), "\n");
+  }
+  if (metrics != nullptr) {
+    absl::StrAppend(&ports, "metrics_port=", metrics->port(), "\n");
+  }
+  return stoker::common::WriteFileAtomically(path, ports);
+}
+
+// Serves until the server stops. SIGTERM/SIGINT drain (a second one stops
+// at once); SIGHUP is logged and ignored: there is no configuration to
+// reload. `signals` are blocked in every thread; SIGUSR2 ends the signal
+// thread.
+void ServeUntilStopped(StokerServer* server, const sigset_t& signals,
+                       absl::Duration grace) {
+  std::thread drain_thread;
+  std::thread signal_thread([&signals, &drain_thread, server, grace] {
+    while (true) {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      if (sig == SIGUSR2) return;
+      if (sig == SIGHUP) {
+        spdlog::info("SIGHUP ignored: stoker_server reloads nothing; restart "
+                     "it to re-index changed shards");
+        continue;
+      }
+      if (!drain_thread.joinable()) {
+        spdlog::info("signal {}: draining (up to {}), then stopping", sig,
+                     absl::FormatDuration(grace));
+        drain_thread = std::thread([server, grace] { server->Drain(grace); });
+        continue;
+      }
+      spdlog::info("signal {} while draining: stopping now", sig);
+      server->Shutdown();
+    }
+  });
+  server->Wait();
+  pthread_kill(signal_thread.native_handle(), SIGUSR2);
+  signal_thread.join();
+  if (drain_thread.joinable()) drain_thread.join();
+}
+
+void LogStopped(const StokerServer& server, bool object_storage) {
+  auto stats = server.service()->stats();
+  spdlog::info("stopped: {} streams served, {} refused, {} samples skipped",
+               stats.streams_opened, stats.streams_refused,
+               stats.skipped_samples);
+  if (object_storage) {
+    const stoker::v1::StorageStats s = server.service()->storage_stats();
+    spdlog::info("object storage: {} requests ({} retries, {} failed), {} "
+                 "bytes; prefetched {} ranges, {} bytes; cache {} hits, {} "
+                 "misses",
+                 s.requests(), s.retries(), s.failed_requests(), s.bytes(),
+                 s.prefetch_ranges(), s.prefetch_bytes(), s.cache_hits(),
+                 s.cache_misses());
+  }
 }
 
 }  // namespace
@@ -349,11 +516,7 @@ int main(int argc, char** argv) {
     plugins.push_back(p);
   }
   absl::StatusOr<Config> config = ReadConfig(datasets);
-  if (!config.ok()) {
-    std::fprintf(stderr, "stoker_server: %s\n",
-                 std::string(config.status().message()).c_str());
-    return 2;
-  }
+  if (!config.ok()) return BadFlag("", config.status());
   spdlog::set_level(config->log_level);
 
   // Signals are taken by a dedicated thread; block them everywhere else
@@ -371,74 +534,33 @@ int main(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &files);
   }
 
-  // Before any request can name a plugin's op; after the signal mask, which
-  // threads a plugin starts inherit.
-  for (const std::string& path : plugins) {
-    absl::StatusOr<stoker::image::LoadedPlugin> plugin =
-        stoker::image::LoadPlugin(path);
-    if (!plugin.ok()) {
-      std::fprintf(stderr, "stoker_server: --plugin: %s\n",
-                   std::string(plugin.status().message()).c_str());
-      return 2;
-    }
-    spdlog::info("plugin {} from {}: ops {}", plugin->name, plugin->path,
-                 absl::StrJoin(plugin->ops, ", "));
+  if (absl::Status s = LoadPlugins(plugins); !s.ok()) {
+    return BadFlag("--plugin: ", s);
   }
-
-  // Object storage, when a dataset is there.
-  std::unique_ptr<stoker::storage::ObjectStore> store;
-  std::unique_ptr<stoker::storage::DiskCache> disk_cache;
-  stoker::server::DatasetOptions dataset_options;
+  Storage storage;
   if (config->any_remote) {
     absl::StatusOr<std::unique_ptr<stoker::storage::ObjectStore>> created =
         stoker::storage::ObjectStore::Create(config->storage);
-    if (!created.ok()) {
-      std::fprintf(stderr, "stoker_server: %s\n",
-                   std::string(created.status().message()).c_str());
-      return 2;
-    }
-    store = *std::move(created);
-    dataset_options.store = store.get();
+    if (!created.ok()) return BadFlag("", created.status());
+    storage.store = *std::move(created);
+    storage.dataset_options.store = storage.store.get();
     if (const std::string dir = absl::GetFlag(FLAGS_cache_dir); !dir.empty()) {
-      absl::StatusOr<std::unique_ptr<stoker::storage::DiskCache>> cache =
-          stoker::storage::DiskCache::Open(dir, absl::GetFlag(FLAGS_cache_bytes));
-      if (!cache.ok()) {
-        std::fprintf(stderr, "stoker_server: --cache_dir: %s\n",
-                     std::string(cache.status().message()).c_str());
-        return 2;
-      }
-      disk_cache = *std::move(cache);
-      const stoker::storage::DiskCacheStats kept = disk_cache->stats();
-      spdlog::info("sample cache {}: {} entries, {} bytes kept from before",
-                   disk_cache->directory(), kept.entries, kept.bytes);
-      const std::string index_dir = dir + "/stoker-index-v1";
-      if (::mkdir(index_dir.c_str(), 0755) == 0 || errno == EEXIST) {
-        dataset_options.index.index_cache_dir = index_dir;
-        dataset_options.index.temp_dir = index_dir;
-      } else {
-        spdlog::warn("no index cache: cannot create {}: {}", index_dir,
-                     std::strerror(errno));
+      if (absl::Status s = OpenCaches(dir, &storage); !s.ok()) {
+        return BadFlag("--cache_dir: ", s);
       }
     }
-    config->service.store = store.get();
-    config->service.disk_cache = disk_cache.get();
+    config->service.store = storage.store.get();
+    config->service.disk_cache = storage.disk_cache.get();
   }
 
-  std::vector<std::unique_ptr<Dataset>> opened;
-  for (const auto& [name, glob] : config->datasets) {
-    absl::StatusOr<std::unique_ptr<Dataset>> dataset =
-        Dataset::Open(name, glob, dataset_options);
-    if (!dataset.ok()) {
-      spdlog::error("{}", dataset.status().ToString());
-      return 1;
-    }
-    spdlog::info("dataset {}: {} samples in {} shards, {} bytes, fingerprint {}",
-                 name, (*dataset)->sample_count(), (*dataset)->shard_count(),
-                 (*dataset)->total_bytes(), (*dataset)->fingerprint());
-    opened.push_back(*std::move(dataset));
+  absl::StatusOr<std::vector<std::unique_ptr<Dataset>>> opened =
+      OpenDatasets(*config, storage.dataset_options);
+  if (!opened.ok()) {
+    spdlog::error("{}", opened.status().ToString());
+    return 1;
   }
   absl::StatusOr<std::unique_ptr<DataService>> service =
-      DataService::Create(config->service, std::move(opened));
+      DataService::Create(config->service, *std::move(opened));
   if (!service.ok()) {
     spdlog::error("{}", service.status().ToString());
     return 1;
@@ -469,17 +591,9 @@ int main(int argc, char** argv) {
   }
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file);
       !port_file.empty()) {
-    std::string ports = absl::StrCat("port=", (*server)->port(), "\n");
-    if ((*server)->health_port() != 0) {
-      absl::StrAppend(&ports, "health_port=", (*server)->health_port(), "\n");
-    }
-    if (metrics != nullptr) {
-      absl::StrAppend(&ports, "metrics_port=", metrics->port(), "\n");
-    }
-    if (absl::Status written =
-            stoker::common::WriteFileAtomically(port_file, ports);
-        !written.ok()) {
-      spdlog::error("--port_file: {}", written.ToString());
+    if (absl::Status s = WritePortFile(port_file, **server, metrics.get());
+        !s.ok()) {
+      spdlog::error("--port_file: {}", s.ToString());
       (*server)->Shutdown();
       (*server)->Wait();
       return 2;
@@ -489,47 +603,7 @@ int main(int argc, char** argv) {
                "memory budget {} MiB",
                (*server)->port(), config->service.worker_threads,
                config->service.max_memory_bytes >> 20);
-
-  // SIGTERM/SIGINT drain (a second one stops at once); SIGHUP is logged and
-  // ignored: there is no configuration to reload.
-  std::thread drain_thread;
-  std::thread signal_thread([&signals, &drain_thread, s = server->get(),
-                             grace = config->drain_grace] {
-    while (true) {
-      int sig = 0;
-      sigwait(&signals, &sig);
-      if (sig == SIGUSR2) return;
-      if (sig == SIGHUP) {
-        spdlog::info("SIGHUP ignored: stoker_server reloads nothing; restart "
-                     "it to re-index changed shards");
-        continue;
-      }
-      if (!drain_thread.joinable()) {
-        spdlog::info("signal {}: draining (up to {}), then stopping", sig,
-                     absl::FormatDuration(grace));
-        drain_thread = std::thread([s, grace] { s->Drain(grace); });
-        continue;
-      }
-      spdlog::info("signal {} while draining: stopping now", sig);
-      s->Shutdown();
-    }
-  });
-  (*server)->Wait();
-  pthread_kill(signal_thread.native_handle(), SIGUSR2);
-  signal_thread.join();
-  if (drain_thread.joinable()) drain_thread.join();
-  auto stats = (*server)->service()->stats();
-  spdlog::info("stopped: {} streams served, {} refused, {} samples skipped",
-               stats.streams_opened, stats.streams_refused,
-               stats.skipped_samples);
-  if (store != nullptr) {
-    const stoker::v1::StorageStats s = (*server)->service()->storage_stats();
-    spdlog::info("object storage: {} requests ({} retries, {} failed), {} "
-                 "bytes; prefetched {} ranges, {} bytes; cache {} hits, {} "
-                 "misses",
-                 s.requests(), s.retries(), s.failed_requests(), s.bytes(),
-                 s.prefetch_ranges(), s.prefetch_bytes(), s.cache_hits(),
-                 s.cache_misses());
-  }
+  ServeUntilStopped(server->get(), signals, config->drain_grace);
+  LogStopped(**server, storage.store != nullptr);
   return 0;
 }
