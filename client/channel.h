@@ -2,12 +2,13 @@
 #define STOKER_CLIENT_CHANNEL_H_
 
 // The channel settings every Stoker client connection uses (the loader, the
-// benchmarks), in one place.
+// benchmarks), in one place. ChannelTlsOptions is in client/tls_options.h.
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "client/tls_options.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -20,20 +21,6 @@ namespace stoker::client {
 // are quick so a server that comes back is usable again within our own
 // back-off.
 grpc::ChannelArguments StokerChannelArguments(int max_message_bytes);
-
-// How a client authenticates servers (and itself, for mutual TLS).
-struct ChannelTlsOptions {
-  // PEM CA bundle that signed the servers' certificates. Empty with the
-  // others empty: plaintext.
-  std::string ca_file;
-  // Mutual TLS: the client's PEM certificate chain and private key.
-  std::string cert_file;
-  std::string key_file;
-
-  bool enabled() const {
-    return !ca_file.empty() || !cert_file.empty() || !key_file.empty();
-  }
-};
 
 // Credentials for `tls`: insecure when it is not enabled, else TLS that
 // verifies the server's certificate against ca_file (the files are read

@@ -6,10 +6,11 @@
 #include <optional>
 #include <utility>
 
+#include "absl/base/call_once.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "client/channel.h"
-#include "client/field_spec.h"
+#include "client/connection_set.h"
+#include "client/plan_id.h"
 #include "client/stream_reader.h"
 #include "common/epoch_plan.h"
 #include "common/grpc_status.h"
@@ -44,10 +45,33 @@ bool RefusesEndpoint(absl::StatusCode code) {
          code == absl::StatusCode::kUnimplemented;
 }
 
-}  // namespace
+// Sends options.token with the call, if there is one.
+void AddToken(const LoaderOptions& options, grpc::ClientContext* context) {
+  if (!options.token.empty()) {
+    context->AddMetadata("authorization", "Bearer " + options.token);
+  }
+}
 
-absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
-    const LoaderOptions& options) {
+absl::StatusOr<v1::GetDatasetInfoResponse> FetchInfo(
+    const LoaderOptions& options, const std::string& address,
+    v1::Stoker::Stub* stub) {
+  grpc::ClientContext context;
+  AddToken(options, &context);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoNanoseconds(options.info_timeout));
+  v1::GetDatasetInfoRequest request;
+  request.set_dataset(options.dataset);
+  v1::GetDatasetInfoResponse response;
+  grpc::Status status = stub->GetDatasetInfo(&context, request, &response);
+  if (!status.ok()) {
+    absl::Status s = common::FromGrpcStatus(status);
+    return absl::Status(s.code(), absl::StrCat("server ", address,
+                                               ": ", s.message()));
+  }
+  return response;
+}
+
+absl::Status ValidateOptions(const LoaderOptions& options) {
   if (options.servers.empty()) {
     return absl::InvalidArgumentError("no servers given");
   }
@@ -76,19 +100,38 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
     return absl::InvalidArgumentError(
         "stall_timeout, unavailable_deadline and info_timeout must be > 0");
   }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      MakeChannelCredentials(options.tls);
-  if (!credentials.ok()) return credentials.status();
-  std::unique_ptr<Loader> loader(new Loader(options));
-  loader->credentials_ = *std::move(credentials);
-  if (absl::Status s = loader->Init(); !s.ok()) return s;
-  return loader;
+  return absl::OkStatus();
 }
 
-void Loader::AddToken(grpc::ClientContext* context) const {
-  if (!options_.token.empty()) {
-    context->AddMetadata("authorization", "Bearer " + options_.token);
-  }
+PlanIdentity IdentityOf(const LoaderOptions& options,
+                        const std::string& fingerprint) {
+  PlanIdentity plan;
+  plan.fingerprint = fingerprint;
+  plan.dataset = options.dataset;
+  plan.transform = options.transform;
+  plan.fields = options.fields;
+  plan.batch_size = options.batch_size;
+  plan.seed = options.seed;
+  plan.rank = options.rank;
+  plan.world_size = options.world_size;
+  plan.shuffle = options.shuffle;
+  plan.shuffle_window = options.shuffle_window;
+  plan.drop_last = options.drop_last;
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
+    const LoaderOptions& options) {
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<ConnectionSet>> connections =
+      ConnectionSet::Create(options.tls, options.max_message_bytes);
+  if (!connections.ok()) return connections.status();
+  std::unique_ptr<Loader> loader(
+      new Loader(options, *std::move(connections)));
+  if (absl::Status s = loader->Init(); !s.ok()) return s;
+  return loader;
 }
 
 std::string Loader::TlsHint() const {
@@ -102,44 +145,29 @@ std::string Loader::TlsHint() const {
       "tls_cert and tls_key signed by its client CA)");
 }
 
-Loader::Loader(const LoaderOptions& options)
+Loader::Loader(const LoaderOptions& options,
+               std::unique_ptr<ConnectionSet> connections)
     : options_(options),
       allocator_(options.allocator != nullptr ? options.allocator
                                                : &heap_allocator_),
+      connections_(std::move(connections)),
+      report_(absl::Now()),
       endpoints_(options.retry_backoff_min, options.retry_backoff_max) {}
 
 Loader::~Loader() {
   Cancel();
   // Threads may start threads (DNS re-resolution adds fetch threads), so
-  // join until none is left, never holding mu_ while joining: the threads
-  // need it to see stopping_.
+  // join until none is left, never holding threads_mu_ while joining: the
+  // watchdog needs it to add them.
   while (true) {
     std::vector<std::thread> threads;
     {
-      absl::MutexLock lock(&mu_);
+      absl::MutexLock lock(&threads_mu_);
       threads.swap(threads_);
     }
     if (threads.empty()) break;
     for (std::thread& t : threads) t.join();
   }
-}
-
-absl::StatusOr<v1::GetDatasetInfoResponse> Loader::FetchInfo(
-    const std::string& address, v1::Stoker::Stub* stub) {
-  grpc::ClientContext context;
-  AddToken(&context);
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoNanoseconds(options_.info_timeout));
-  v1::GetDatasetInfoRequest request;
-  request.set_dataset(options_.dataset);
-  v1::GetDatasetInfoResponse response;
-  grpc::Status status = stub->GetDatasetInfo(&context, request, &response);
-  if (!status.ok()) {
-    absl::Status s = common::FromGrpcStatus(status);
-    return absl::Status(s.code(), absl::StrCat("server ", address,
-                                               ": ", s.message()));
-  }
-  return response;
 }
 
 absl::StatusOr<std::vector<std::string>> Loader::ResolveSpec(
@@ -148,7 +176,25 @@ absl::StatusOr<std::vector<std::string>> Loader::ResolveSpec(
 }
 
 absl::Status Loader::Init() {
-  std::vector<std::pair<std::string, std::string>> addresses;  // address, origin
+  const absl::Status resolve_error = AddInitialEndpoints();
+  absl::StatusOr<v1::GetDatasetInfoResponse> reference = AwaitFirstAnswer(
+      resolve_error.ok() ? absl::UnavailableError("no server answered")
+                         : resolve_error);
+  if (!reference.ok()) return reference.status();
+  if (absl::Status s = SetPlan(*reference); !s.ok()) return s;
+
+  int endpoints;
+  {
+    absl::MutexLock lock(&endpoints_mu_);
+    endpoints = endpoints_.size();
+  }
+  for (int id = 0; id < endpoints; ++id) StartFetchers(id);
+  absl::MutexLock lock(&threads_mu_);
+  threads_.emplace_back([this] { WatchdogLoop(); });
+  return absl::OkStatus();
+}
+
+absl::Status Loader::AddInitialEndpoints() {
   absl::Status resolve_error;
   for (const ServerSpec& spec : options_.servers) {
     absl::StatusOr<std::vector<std::string>> resolved = ResolveSpec(spec);
@@ -157,71 +203,28 @@ absl::Status Loader::Init() {
       spdlog::warn("{}", resolved.status().ToString());
       continue;
     }
-    for (std::string& a : *resolved) addresses.emplace_back(a, spec.ToString());
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [address, origin] : addresses) {
-      AddEndpointLocked(address, origin);
+    for (const std::string& address : *resolved) {
+      absl::StatusOr<int> id = AddEndpoint(address, spec.ToString());
+      if (!id.ok()) return id.status();
     }
   }
+  return resolve_error;
+}
 
+absl::StatusOr<v1::GetDatasetInfoResponse> Loader::AwaitFirstAnswer(
+    absl::Status last_error) {
   // Ask every server at once; retry the silent ones until the deadline.
   const absl::Time deadline = absl::Now() + options_.unavailable_deadline;
   std::string reference_address;
   v1::GetDatasetInfoResponse reference;
   absl::Duration retry_delay = kFirstInitRetryDelay;
-  absl::Status last_error = resolve_error.ok()
-                                ? absl::UnavailableError("no server answered")
-                                : resolve_error;
   while (true) {
-    std::vector<std::pair<int, std::string>> todo;  // id, address
-    std::vector<std::future<absl::StatusOr<v1::GetDatasetInfoResponse>>> infos;
-    {
-      absl::MutexLock lock(&mu_);
-      for (int id = 0; id < endpoints_.size(); ++id) {
-        if (endpoints_[id].verified) continue;
-        todo.emplace_back(id, endpoints_[id].address);
-        infos.push_back(std::async(
-            std::launch::async,
-            [this, address = endpoints_[id].address,
-             stub = connections_[id]->stub.get()] {
-              return FetchInfo(address, stub);
-            }));
-      }
+    if (absl::Status s =
+            AskUnverified(&reference_address, &reference, &last_error);
+        !s.ok()) {
+      return s;
     }
-    for (size_t i = 0; i < todo.size(); ++i) {
-      const auto& [id, address] = todo[i];
-      absl::StatusOr<v1::GetDatasetInfoResponse> info = infos[i].get();
-      if (!info.ok()) {
-        if (absl::IsNotFound(info.status()) ||
-            absl::IsUnauthenticated(info.status()) ||
-            absl::IsPermissionDenied(info.status())) {
-          return info.status();
-        }
-        last_error = info.status();
-        if (std::optional<std::string> line = warnings_.Next(
-                address, absl::StatusCodeToString(info.status().code()),
-                info.status().ToString())) {
-          spdlog::warn("{}", *line);
-        }
-        continue;
-      }
-      if (reference_address.empty()) {
-        reference_address = address;
-        reference = *info;
-      } else if (info->fingerprint() != reference.fingerprint()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "server ", address, " has dataset '", options_.dataset,
-            "' with fingerprint ", info->fingerprint(), " (",
-            info->sample_count(), " samples) but server ", reference_address,
-            " has ", reference.fingerprint(), " (", reference.sample_count(),
-            " samples); all servers must hold the same data"));
-      }
-      absl::MutexLock lock(&mu_);
-      endpoints_.MarkVerified(id);
-    }
-    if (!reference_address.empty()) break;
+    if (!reference_address.empty()) return reference;
     if (absl::Now() >= deadline) {
       return absl::UnavailableError(absl::StrCat(
           "no Stoker server answered within ",
@@ -233,7 +236,61 @@ absl::Status Loader::Init() {
     absl::SleepFor(std::min(retry_delay, deadline - absl::Now()));
     retry_delay = std::min(2 * retry_delay, kMaxInitRetryDelay);
   }
+}
 
+absl::Status Loader::AskUnverified(std::string* reference_address,
+                                   v1::GetDatasetInfoResponse* reference,
+                                   absl::Status* last_error) {
+  std::vector<std::pair<int, std::string>> todo;  // id, address
+  {
+    absl::MutexLock lock(&endpoints_mu_);
+    for (int id = 0; id < endpoints_.size(); ++id) {
+      if (!endpoints_[id].verified) todo.emplace_back(id, endpoints_[id].address);
+    }
+  }
+  std::vector<std::future<absl::StatusOr<v1::GetDatasetInfoResponse>>> infos;
+  for (const auto& [id, address] : todo) {
+    infos.push_back(std::async(
+        std::launch::async,
+        [this, address = address, stub = connections_->stub(id)] {
+          return FetchInfo(options_, address, stub);
+        }));
+  }
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const auto& [id, address] = todo[i];
+    absl::StatusOr<v1::GetDatasetInfoResponse> info = infos[i].get();
+    if (!info.ok()) {
+      if (absl::IsNotFound(info.status()) ||
+          absl::IsUnauthenticated(info.status()) ||
+          absl::IsPermissionDenied(info.status())) {
+        return info.status();
+      }
+      *last_error = info.status();
+      if (std::optional<std::string> line = warnings_.Next(
+              address, absl::StatusCodeToString(info.status().code()),
+              info.status().ToString())) {
+        spdlog::warn("{}", *line);
+      }
+      continue;
+    }
+    if (reference_address->empty()) {
+      *reference_address = address;
+      *reference = *info;
+    } else if (info->fingerprint() != reference->fingerprint()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", address, " has dataset '", options_.dataset,
+          "' with fingerprint ", info->fingerprint(), " (",
+          info->sample_count(), " samples) but server ", *reference_address,
+          " has ", reference->fingerprint(), " (", reference->sample_count(),
+          " samples); all servers must hold the same data"));
+    }
+    absl::MutexLock lock(&endpoints_mu_);
+    endpoints_.MarkVerified(id);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loader::SetPlan(const v1::GetDatasetInfoResponse& reference) {
   fingerprint_ = reference.fingerprint();
   dataset_samples_ = reference.sample_count();
   common::EpochPlanParams params;
@@ -248,45 +305,34 @@ absl::Status Loader::Init() {
   absl::StatusOr<common::EpochPlan> plan = common::EpochPlan::Create(params);
   if (!plan.ok()) return plan.status();
   num_batches_ = plan->num_batches();
-  std::string identity = absl::StrCat(
-      fingerprint_, "|", options_.dataset, "|",
-      image::FormatTransform(options_.transform), "|", options_.batch_size,
-      "|", options_.seed, "|", options_.rank, "|", options_.world_size, "|",
-      options_.shuffle, "|", options_.drop_last);
-  // Only when set, so earlier plans keep their ids (and checkpoints).
-  if (options_.shuffle && options_.shuffle_window > 0) {
-    absl::StrAppend(&identity, "|blocks:", options_.shuffle_window);
-  }
-  if (!options_.fields.empty()) {
-    absl::StrAppend(&identity, "|fields:", FormatFields(options_.fields));
-  }
-  plan_id_ = PlanId(identity);
+  plan_id_ = ComputePlanId(IdentityOf(options_, fingerprint_));
 
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&delivery_mu_);
   schedule_ = std::make_unique<RangeSchedule>(
       num_batches_, options_.prefetch_batches, options_.batches_per_request,
       options_.in_order);
-  for (int id = 0; id < endpoints_.size(); ++id) StartFetchersLocked(id);
-  threads_.emplace_back([this] { WatchdogLoop(); });
   return absl::OkStatus();
 }
 
-int Loader::AddEndpointLocked(const std::string& address,
-                              const std::string& origin) {
-  const int id = endpoints_.Add(address, origin);
-  ConnectLocked(id);
+absl::StatusOr<int> Loader::AddEndpoint(const std::string& address,
+                                        const std::string& origin) {
+  int id;
+  {
+    absl::MutexLock lock(&endpoints_mu_);
+    id = endpoints_.Add(address, origin);
+  }
+  // Before any thread is started for the endpoint, which is what uses it.
+  if (absl::Status s = connections_->Add(id, address); !s.ok()) return s;
   return id;
 }
 
-void Loader::ConnectLocked(int endpoint) {
-  auto connection = std::make_unique<Connection>();
-  connection->channel = MakeStokerChannel(
-      endpoints_[endpoint].address, options_.max_message_bytes, credentials_);
-  connection->stub = v1::Stoker::NewStub(connection->channel);
-  connections_.push_back(std::move(connection));
+std::string Loader::EndpointAddress(int endpoint) const {
+  absl::MutexLock lock(&endpoints_mu_);
+  return endpoints_[endpoint].address;
 }
 
-void Loader::StartFetchersLocked(int endpoint) {
+void Loader::StartFetchers(int endpoint) {
+  absl::MutexLock lock(&threads_mu_);
   for (int i = 0; i < options_.streams_per_server; ++i) {
     threads_.emplace_back([this, endpoint] { FetchLoop(endpoint); });
   }
@@ -301,17 +347,28 @@ void Loader::ResolveNow() {
       continue;  // keep what we have; DNS hiccups are not server deaths
     }
     const std::string origin = spec.ToString();
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;
-    const EndpointSet::Membership changes =
-        endpoints_.UpdateOrigin(origin, *resolved, absl::Now());
-    for (int id : changes.left) {
-      spdlog::info("server {} left {}", endpoints_[id].address, origin);
+    // The destructor joins until no thread is left, so fetchers started
+    // after Cancel() are joined too; they end at once.
+    if (cancelled_.HasBeenNotified()) return;
+    std::vector<std::pair<int, std::string>> joined;  // id, address
+    {
+      absl::MutexLock lock(&endpoints_mu_);
+      const EndpointSet::Membership changes =
+          endpoints_.UpdateOrigin(origin, *resolved, absl::Now());
+      for (int id : changes.left) {
+        spdlog::info("server {} left {}", endpoints_[id].address, origin);
+      }
+      for (int id : changes.joined) {
+        spdlog::info("server {} joined {}", endpoints_[id].address, origin);
+        joined.emplace_back(id, endpoints_[id].address);
+      }
     }
-    for (int id : changes.joined) {
-      spdlog::info("server {} joined {}", endpoints_[id].address, origin);
-      ConnectLocked(id);
-      StartFetchersLocked(id);
+    for (const auto& [id, address] : joined) {
+      if (absl::Status s = connections_->Add(id, address); !s.ok()) {
+        spdlog::error("server {}: {}", address, s.ToString());
+        continue;
+      }
+      StartFetchers(id);
     }
   }
 }
@@ -352,91 +409,101 @@ absl::StatusOr<v1::CacheMode> ParseCacheMode(absl::string_view text) {
 
 v1::ClientReport Loader::TakeReport() {
   const absl::Time now = absl::Now();
-  absl::MutexLock lock(&mu_);
-  const absl::Duration wall = now - report_since_;
-  if (wall >= absl::Seconds(1)) {
-    const double seconds = absl::ToDoubleSeconds(wall);
-    const double waited =
-        absl::ToDoubleSeconds(stats_.consumer_wait - report_wait_);
-    last_report_.set_starvation(std::clamp(waited / seconds, 0.0, 1.0));
-    last_report_.set_images_per_second(
-        static_cast<double>(stats_.samples - report_samples_) / seconds);
-    last_report_.set_valid(true);
-    report_since_ = now;
-    report_wait_ = stats_.consumer_wait;
-    report_samples_ = stats_.samples;
+  absl::Duration waited;
+  int64_t samples;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    waited = stats_.consumer_wait;
+    samples = stats_.samples;
   }
-  return last_report_;
+  return report_.Take(now, waited, samples);
 }
 
 void Loader::FetchLoop(int endpoint) {
   while (true) {
-    std::optional<Lease> lease;
-    {
-      absl::MutexLock lock(&mu_);
-      while (true) {
-        const EndpointSet::Endpoint& e = endpoints_[endpoint];
-        if (stopping_ || !e.active()) return;
-        if (absl::Now() < e.retry_at) {
-          mu_.AwaitWithDeadline(absl::Condition(&stopping_), e.retry_at);
-          continue;
-        }
-        if (!e.verified) break;
-        if (error_.ok() && (lease = schedule_->Take())) break;
-        // Woken by StartEpoch, Next() moving the window, returned ranges.
-        work_cv_.WaitWithTimeout(&mu_, absl::Seconds(1));
-      }
+    switch (AwaitTurn(endpoint)) {
+      case Turn::kStop:
+        return;
+      case Turn::kVerify:
+        Verify(endpoint);
+        continue;
+      case Turn::kFetch:
+        break;
     }
-    if (!lease) {
-      Verify(endpoint);
-      continue;
-    }
+    const std::optional<Lease> lease = AwaitLease();
+    if (!lease) continue;
     absl::Status status;
     const int64_t first_missing = RunRange(endpoint, *lease, &status);
-    absl::MutexLock lock(&mu_);
-    FinishRangeLocked(endpoint, *lease, first_missing, std::move(status));
+    FinishRange(endpoint, *lease, first_missing, std::move(status));
   }
+}
+
+Loader::Turn Loader::AwaitTurn(int endpoint) {
+  while (true) {
+    if (cancelled_.HasBeenNotified()) return Turn::kStop;
+    absl::Time retry_at;
+    {
+      absl::MutexLock lock(&endpoints_mu_);
+      const EndpointSet::Endpoint& e = endpoints_[endpoint];
+      if (!e.active()) return Turn::kStop;
+      if (absl::Now() >= e.retry_at) {
+        return e.verified ? Turn::kFetch : Turn::kVerify;
+      }
+      retry_at = e.retry_at;
+    }
+    cancelled_.WaitForNotificationWithDeadline(retry_at);
+  }
+}
+
+std::optional<Lease> Loader::AwaitLease() {
+  absl::MutexLock lock(&delivery_mu_);
+  if (cancelled_.HasBeenNotified()) return std::nullopt;
+  if (error_.ok()) {
+    if (std::optional<Lease> lease = schedule_->Take()) return lease;
+  }
+  // Woken by StartEpoch, Next() moving the window, returned ranges,
+  // Cancel(); the endpoint's own state is checked again at least every
+  // second.
+  work_cv_.WaitWithTimeout(&delivery_mu_, absl::Seconds(1));
+  return std::nullopt;
 }
 
 void Loader::Verify(int endpoint) {
-  std::string address;
-  v1::Stoker::Stub* stub;
-  {
-    absl::MutexLock lock(&mu_);
-    address = endpoints_[endpoint].address;
-    stub = connections_[endpoint]->stub.get();
-  }
-  absl::StatusOr<v1::GetDatasetInfoResponse> info = FetchInfo(address, stub);
-  absl::MutexLock lock(&mu_);
+  const std::string address = EndpointAddress(endpoint);
+  absl::StatusOr<v1::GetDatasetInfoResponse> info =
+      FetchInfo(options_, address, connections_->stub(endpoint));
   const absl::Time now = absl::Now();
-  if (!info.ok()) {
-    if (RefusesEndpoint(info.status().code())) {
-      spdlog::error("refusing {}", info.status().ToString());
-      endpoints_.Refuse(endpoint, info.status().message(), now);
+  bool failed = false;
+  {
+    absl::MutexLock lock(&endpoints_mu_);
+    if (!info.ok()) {
+      if (RefusesEndpoint(info.status().code())) {
+        spdlog::error("refusing {}", info.status().ToString());
+        endpoints_.Refuse(endpoint, info.status().message(), now);
+      } else {
+        endpoints_.MarkFailure(endpoint, info.status().message(), now);
+        failed = true;
+      }
+    } else if (info->fingerprint() != fingerprint_) {
+      spdlog::error(
+          "refusing server {}: dataset '{}' has fingerprint {} there, {} on "
+          "the others",
+          address, options_.dataset, info->fingerprint(), fingerprint_);
+      endpoints_.Refuse(endpoint, "fingerprint mismatch", now);
     } else {
-      endpoints_.MarkFailure(endpoint, info.status().message(), now);
-      ++stats_.stream_failures;
+      endpoints_.MarkVerified(endpoint);
     }
-  } else if (info->fingerprint() != fingerprint_) {
-    spdlog::error(
-        "refusing server {}: dataset '{}' has fingerprint {} there, {} on "
-        "the others",
-        address, options_.dataset, info->fingerprint(), fingerprint_);
-    endpoints_.Refuse(endpoint, "fingerprint mismatch", now);
-  } else {
-    endpoints_.MarkVerified(endpoint);
+  }
+  if (failed) {
+    absl::MutexLock lock(&stats_mu_);
+    ++stats_.stream_failures;
   }
 }
 
-void Loader::FinishRangeLocked(int endpoint, const Lease& lease,
-                               int64_t first_missing, absl::Status status) {
-  // An abandoned epoch or a loader shutting down: not a server failure.
-  const int64_t reissued = schedule_->Release(lease, first_missing);
-  if (stopping_ || lease.generation != schedule_->generation()) return;
+void Loader::FinishRange(int endpoint, const Lease& lease,
+                         int64_t first_missing, absl::Status status) {
   std::string note;
   if (first_missing < lease.end) {
-    stats_.reissued_batches += reissued;
-    work_cv_.SignalAll();
     if (status.ok()) {
       status = absl::UnavailableError(absl::StrCat(
           "stream ended at batch ", first_missing, " of [", lease.begin, ", ",
@@ -444,94 +511,86 @@ void Loader::FinishRangeLocked(int endpoint, const Lease& lease,
     }
     note = absl::StrCat(" (batches from ", first_missing, " go elsewhere)");
   }
+  int64_t reissued;
+  {
+    absl::MutexLock lock(&delivery_mu_);
+    reissued = schedule_->Release(lease, first_missing);
+    // An abandoned epoch or a loader shutting down: not a server failure.
+    if (cancelled_.HasBeenNotified() ||
+        lease.generation != schedule_->generation()) {
+      return;
+    }
+    if (first_missing < lease.end) work_cv_.SignalAll();
+    if (Fatal(status.code()) && error_.ok()) error_ = status;
+  }
+  if (first_missing < lease.end) {
+    absl::MutexLock lock(&stats_mu_);
+    stats_.reissued_batches += reissued;
+  }
   if (status.ok()) {
+    absl::MutexLock lock(&endpoints_mu_);
     endpoints_.MarkSucceeded(endpoint);
     return;
   }
   // Also when every batch of the range arrived: a server that sends more
   // than it was asked for, or ends without a summary, is misbehaving.
-  const std::string& address = endpoints_[endpoint].address;
+  const std::string address = EndpointAddress(endpoint);
   if (std::optional<std::string> line =
           warnings_.Next(address, absl::StatusCodeToString(status.code()),
                          status.ToString())) {
     spdlog::warn("server {}: {}{}", address, *line, note);
   }
-  if (RefusesEndpoint(status.code())) {
-    endpoints_.Refuse(endpoint, status.message(), absl::Now());
-  } else if (Fatal(status.code())) {
-    if (error_.ok()) error_ = status;
-  } else {
+  if (Fatal(status.code())) return;  // the epoch's error, set above
+  {
+    absl::MutexLock lock(&endpoints_mu_);
+    if (RefusesEndpoint(status.code())) {
+      endpoints_.Refuse(endpoint, status.message(), absl::Now());
+      return;
+    }
     endpoints_.MarkFailure(endpoint, status.message(), absl::Now());
-    ++stats_.stream_failures;
   }
+  absl::MutexLock lock(&stats_mu_);
+  ++stats_.stream_failures;
 }
 
 int64_t Loader::RunRange(int endpoint, const Lease& lease,
                          absl::Status* status) {
   grpc::ClientContext context;
-  AddToken(&context);
+  AddToken(options_, &context);
   int64_t epoch;
-  std::string address;
-  grpc::Channel* channel;
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&delivery_mu_);
     epoch = schedule_->position().epoch();
-    address = endpoints_[endpoint].address;
-    channel = connections_[endpoint]->channel.get();
-    active_[&context].last_progress = absl::Now();
   }
+  const std::string address = EndpointAddress(endpoint);
+  const StreamWatch::Id watched = streams_.Add(
+      lease.generation, absl::Now(), [&context] { context.TryCancel(); });
   v1::StreamBatchesRequest request = MakeRequest(epoch, lease);
   *request.mutable_client_report() = TakeReport();
-  StreamReader reader(channel, &context, request);
+  StreamReader reader(connections_->channel(endpoint), &context, request);
   int64_t next = lease.begin;
   absl::Status local;  // our own decode/protocol errors
   while (reader.Read()) {
-    {
-      absl::MutexLock lock(&mu_);
-      StreamState& state = active_.at(&context);
-      state.last_progress = absl::Now();
-      state.blocked_on_allocator = true;
-    }
+    streams_.SetBlockedOnAllocator(watched, true, absl::Now());
     absl::StatusOr<std::optional<HostBatch>> decoded = reader.Decode(allocator_);
-    absl::MutexLock lock(&mu_);
-    StreamState& state = active_.at(&context);
-    state.blocked_on_allocator = false;
-    state.last_progress = absl::Now();
+    streams_.SetBlockedOnAllocator(watched, false, absl::Now());
     if (!local.ok()) continue;  // drain until Read() returns false
     if (!decoded.ok()) {
       local = absl::Status(decoded.status().code(),
                            absl::StrCat("from ", address, ": ",
                                         decoded.status().message()));
-      context.TryCancel();
-      continue;
+    } else if (decoded->has_value()) {  // else the summary
+      local = Accept(endpoint, address, lease, epoch, &next,
+                     *std::move(*decoded));
     }
-    if (!decoded->has_value()) continue;  // the summary
-    HostBatch& batch = **decoded;
-    absl::StatusOr<RangeSchedule::Arrival> arrival =
-        schedule_->Receive(lease, &next, batch.batch_index);
-    if (!arrival.ok()) {
-      local = absl::DataLossError(
-          absl::StrCat("server ", address, " ", arrival.status().message()));
-      context.TryCancel();
-      continue;
-    }
-    if (*arrival == RangeSchedule::Arrival::kDuplicate) {
-      ++stats_.duplicate_batches_dropped;
-    } else if (*arrival == RangeSchedule::Arrival::kNew) {
-      batch.epoch = epoch;
-      batch.server = address;
-      ++stats_.batches_by_server[address];
-      stats_.server_read_ns += batch.server_timings.read_ns;
-      stats_.server_decode_ns += batch.server_timings.decode_ns;
-      stats_.server_transform_ns += batch.server_timings.transform_ns;
-      endpoints_.MarkSucceeded(endpoint);
-      ready_.emplace(batch.batch_index, std::move(batch));
-    }
+    if (!local.ok()) context.TryCancel();
   }
   absl::Status finish = reader.Finish();
-  absl::MutexLock lock(&mu_);
-  const bool stalled = active_.at(&context).stalled;
-  active_.erase(&context);
+  const bool stalled = streams_.Remove(watched);
+  if (stalled) {
+    absl::MutexLock lock(&stats_mu_);
+    ++stats_.stalls;
+  }
   if (!local.ok()) {
     // Not fatal: a malformed message says nothing about the data.
     *status = absl::UnavailableError(local.message());
@@ -548,41 +607,70 @@ int64_t Loader::RunRange(int endpoint, const Lease& lease,
   return next;
 }
 
+absl::Status Loader::Accept(int endpoint, const std::string& address,
+                            const Lease& lease, int64_t epoch, int64_t* next,
+                            HostBatch batch) {
+  {
+    absl::MutexLock lock(&delivery_mu_);
+    absl::StatusOr<RangeSchedule::Arrival> arrival =
+        schedule_->Receive(lease, next, batch.batch_index);
+    if (!arrival.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("server ", address, " ", arrival.status().message()));
+    }
+    if (*arrival == RangeSchedule::Arrival::kStale) return absl::OkStatus();
+    // Counted in the step that makes the batch deliverable (see loader.h).
+    absl::MutexLock stats_lock(&stats_mu_);
+    if (*arrival == RangeSchedule::Arrival::kDuplicate) {
+      ++stats_.duplicate_batches_dropped;
+      return absl::OkStatus();
+    }
+    batch.epoch = epoch;
+    batch.server = address;
+    ++stats_.batches_by_server[address];
+    stats_.server_read_ns += batch.server_timings.read_ns;
+    stats_.server_decode_ns += batch.server_timings.decode_ns;
+    stats_.server_transform_ns += batch.server_timings.transform_ns;
+    ready_.emplace(batch.batch_index, std::move(batch));
+  }
+  absl::MutexLock lock(&endpoints_mu_);
+  endpoints_.MarkSucceeded(endpoint);
+  return absl::OkStatus();
+}
+
 void Loader::WatchdogLoop() {
   const absl::Duration tick = std::clamp(options_.stall_timeout / 4,
                                          absl::Milliseconds(10),
                                          absl::Milliseconds(250));
   absl::Time next_resolve = absl::Now() + options_.resolve_interval;
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick);
-      if (stopping_) return;
-      const absl::Time now = absl::Now();
-      for (auto& [context, state] : active_) {
-        if (!state.blocked_on_allocator && !state.stalled &&
-            now - state.last_progress > options_.stall_timeout) {
-          state.stalled = true;
-          ++stats_.stalls;
-          context->TryCancel();
-        }
-      }
-      const bool work_left = schedule_->started() && !schedule_->done();
-      if (work_left && error_.ok() &&
-          now - endpoints_.all_failing_since() >
-              options_.unavailable_deadline) {
-        error_ = absl::UnavailableError(absl::StrCat(
-            "no Stoker server reachable for ",
-            absl::FormatDuration(options_.unavailable_deadline), " (",
-            endpoints_.Describe(), ")", TlsHint()));
-        spdlog::error("{}", error_.ToString());
-      }
-    }
+  while (!cancelled_.WaitForNotificationWithTimeout(tick)) {
+    const absl::Time now = absl::Now();
+    streams_.CancelStalled(now, options_.stall_timeout);
+    CheckAvailability(now);
     if (absl::Now() >= next_resolve) {
       ResolveNow();
       next_resolve = absl::Now() + options_.resolve_interval;
     }
   }
+}
+
+void Loader::CheckAvailability(absl::Time now) {
+  std::string servers;
+  {
+    absl::MutexLock lock(&endpoints_mu_);
+    if (now - endpoints_.all_failing_since() <= options_.unavailable_deadline) {
+      return;
+    }
+    servers = endpoints_.Describe();
+  }
+  absl::MutexLock lock(&delivery_mu_);
+  const bool work_left = schedule_->started() && !schedule_->done();
+  if (!work_left || !error_.ok()) return;
+  error_ = absl::UnavailableError(absl::StrCat(
+      "no Stoker server reachable for ",
+      absl::FormatDuration(options_.unavailable_deadline), " (", servers, ")",
+      TlsHint()));
+  spdlog::error("{}", error_.ToString());
 }
 
 absl::Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
@@ -609,65 +697,85 @@ absl::Status Loader::Resume(const Cursor& cursor) {
 }
 
 absl::Status Loader::StartAt(const Position& position) {
-  // All of the new epoch's state is set under one lock hold before any
-  // fetch thread is woken: a thread that took a range before the batches
-  // delivered past the cursor were marked would fetch them twice.
-  absl::MutexLock lock(&mu_);
-  if (cancelled_) return absl::CancelledError("loader was cancelled");
-  for (auto& [context, state] : active_) context->TryCancel();
-  schedule_->Start(position);
-  ready_.clear();
-  error_ = absl::OkStatus();
-  work_cv_.SignalAll();
+  int64_t generation;
+  {
+    // All of the new epoch's state is set under one lock hold before any
+    // fetch thread is woken: a thread that took a range before the batches
+    // delivered past the cursor were marked would fetch them twice.
+    absl::MutexLock lock(&delivery_mu_);
+    if (cancelled_.HasBeenNotified()) {
+      return absl::CancelledError("loader was cancelled");
+    }
+    schedule_->Start(position);
+    generation = schedule_->generation();
+    ready_.clear();
+    error_ = absl::OkStatus();
+    work_cv_.SignalAll();
+  }
+  // The abandoned epoch's streams: whatever they still bring is stale.
+  streams_.CancelBefore(generation);
   return absl::OkStatus();
 }
 
 absl::StatusOr<HostBatch> Loader::Next() {
   const absl::Time start = absl::Now();
-  absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return cancelled_ || !schedule_->started() || !error_.ok() ||
-           schedule_->done() || schedule_->HasDeliverable();
-  };
-  mu_.Await(absl::Condition(&ready));
-  stats_.consumer_wait += absl::Now() - start;
-  if (cancelled_) return absl::CancelledError("loader was cancelled");
-  if (!schedule_->started()) {
-    return absl::FailedPreconditionError("call StartEpoch() before Next()");
+  absl::StatusOr<HostBatch> batch;
+  absl::Duration waited;
+  {
+    absl::MutexLock lock(&delivery_mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(delivery_mu_) {
+      return cancelled_.HasBeenNotified() || !schedule_->started() ||
+             !error_.ok() || schedule_->done() || schedule_->HasDeliverable();
+    };
+    delivery_mu_.Await(absl::Condition(&ready));
+    waited = absl::Now() - start;
+    if (cancelled_.HasBeenNotified()) {
+      batch = absl::CancelledError("loader was cancelled");
+    } else if (!schedule_->started()) {
+      batch = absl::FailedPreconditionError("call StartEpoch() before Next()");
+    } else if (!error_.ok()) {
+      batch = error_;
+    } else if (const std::optional<int64_t> index = schedule_->DeliverNext()) {
+      auto it = ready_.find(*index);
+      batch = std::move(it->second);
+      ready_.erase(it);
+      work_cv_.SignalAll();
+    } else {
+      batch = absl::OutOfRangeError(
+          absl::StrCat("end of epoch ", schedule_->position().epoch()));
+    }
   }
-  if (!error_.ok()) return error_;
-  const std::optional<int64_t> index = schedule_->DeliverNext();
-  if (!index) {
-    return absl::OutOfRangeError(
-        absl::StrCat("end of epoch ", schedule_->position().epoch()));
+  absl::MutexLock lock(&stats_mu_);
+  stats_.consumer_wait += waited;
+  if (batch.ok()) {
+    ++stats_.batches;
+    stats_.samples += batch->n;
+    stats_.pixel_bytes += batch->pixels.size();
+    stats_.skipped_samples += batch->skipped.size();
   }
-  auto it = ready_.find(*index);
-  HostBatch batch = std::move(it->second);
-  ready_.erase(it);
-  ++stats_.batches;
-  stats_.samples += batch.n;
-  stats_.pixel_bytes += batch.pixels.size();
-  stats_.skipped_samples += batch.skipped.size();
-  work_cv_.SignalAll();
   return batch;
 }
 
 void Loader::Cancel() {
-  absl::MutexLock lock(&mu_);
-  cancelled_ = true;
-  stopping_ = true;
-  for (auto& [context, state] : active_) context->TryCancel();
-  work_cv_.SignalAll();
+  // Cancel() may be called again (by the destructor, or from two threads);
+  // a Notification may be notified once.
+  absl::call_once(cancel_once_, [this] { cancelled_.Notify(); });
+  {
+    // Wakes Next() (its condition reads cancelled_) and the fetch threads.
+    absl::MutexLock lock(&delivery_mu_);
+    work_cv_.SignalAll();
+  }
+  streams_.CancelAll();
 }
 
 Cursor Loader::cursor() const {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&delivery_mu_);
   if (!schedule_->started()) return Position(0, num_batches_).ToCursor(plan_id_);
   return schedule_->position().ToCursor(plan_id_);
 }
 
 LoaderStats Loader::stats() const {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&stats_mu_);
   return stats_;
 }
 

@@ -18,7 +18,12 @@
 // The parts: RangeSchedule (client/range_schedule.h) decides which ranges
 // to fetch, which arrivals to keep and what to hand out; EndpointSet
 // (client/endpoint_set.h) tracks the servers' health, back-off and DNS
-// membership; this class owns the threads, the streams and the clock.
+// membership; ConnectionSet (client/connection_set.h, the only gRPC-facing
+// part) holds a channel and stub per endpoint; StreamWatch
+// (client/stream_watch.h) finds stalled streams; ReportWindow
+// (client/report_window.h) measures the consumer for the servers; the plan
+// id comes from ComputePlanId (client/plan_id.h). This class owns the
+// threads and the clock and ties the parts together.
 //
 // Thread-safety: Next() and StartEpoch()/Resume() are for one consumer
 // thread; Cancel(), cursor() and stats() may be called from any thread.
@@ -28,26 +33,30 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/batch_source.h"
-#include "client/channel.h"
 #include "client/cursor.h"
 #include "client/endpoint_set.h"
 #include "client/host_batch.h"
 #include "client/position.h"
 #include "client/range_schedule.h"
+#include "client/report_window.h"
 #include "client/server_list.h"
+#include "client/stream_watch.h"
+#include "client/tls_options.h"
 #include "client/warning_throttle.h"
-#include "proto/stoker.grpc.pb.h"
 #include "proto/stoker.pb.h"
 
 namespace stoker::client {
@@ -60,7 +69,7 @@ struct LoaderOptions {
   std::string dataset;
   // Transform pipeline (see image/ops/transform.h). Required.
   v1::TransformPipeline transform;
-  // TLS to the servers (client/channel.h); default plaintext.
+  // TLS to the servers (client/tls_options.h); default plaintext.
   ChannelTlsOptions tls;
   // Bearer token for servers with --auth_tokens_file (server/auth.h);
   // empty: none sent.
@@ -148,6 +157,8 @@ struct LoaderStats {
 // otherwise.
 absl::StatusOr<v1::CacheMode> ParseCacheMode(absl::string_view text);
 
+class ConnectionSet;  // client/connection_set.h (gRPC)
+
 class Loader : public BatchSource {
  public:
   // Validates options, resolves servers and checks that the reachable ones
@@ -183,64 +194,95 @@ class Loader : public BatchSource {
   LoaderStats stats() const;
 
  private:
-  // A server's channel; EndpointSet holds what is known of its health under
-  // the same id.
-  struct Connection {
-    std::shared_ptr<grpc::Channel> channel;
-    std::unique_ptr<v1::Stoker::Stub> stub;
-  };
-  // A stream in flight, for the watchdog.
-  struct StreamState {
-    absl::Time last_progress;
-    // Waiting for pixel memory: the consumer's doing, not a stall.
-    bool blocked_on_allocator = false;
-    bool stalled = false;  // cancelled by the watchdog
-  };
+  // What a fetch thread does next for its endpoint.
+  enum class Turn { kStop, kVerify, kFetch };
 
-  explicit Loader(const LoaderOptions& options);
+  Loader(const LoaderOptions& options,
+         std::unique_ptr<ConnectionSet> connections);
   absl::Status Init();
-  absl::StatusOr<v1::GetDatasetInfoResponse> FetchInfo(
-      const std::string& address, v1::Stoker::Stub* stub);
+  // Init's steps: resolves options_.servers and adds their endpoints
+  // (returns the last resolution error, OK if none); asks them for the
+  // dataset until one answers (its answer is the reference); derives the
+  // batch count and plan id from it.
+  absl::Status AddInitialEndpoints();
+  absl::StatusOr<v1::GetDatasetInfoResponse> AwaitFirstAnswer(
+      absl::Status last_error);
+  // One round of AwaitFirstAnswer: asks the unverified endpoints at once.
+  // An error only for an answer that ends Init (no such dataset, a bad
+  // token, another fingerprint than the reference's).
+  absl::Status AskUnverified(std::string* reference_address,
+                             v1::GetDatasetInfoResponse* reference,
+                             absl::Status* last_error);
+  absl::Status SetPlan(const v1::GetDatasetInfoResponse& reference);
+
   // Adds an endpoint and its connection; returns its id. `origin` is the
   // --servers entry the address came from.
-  int AddEndpointLocked(const std::string& address, const std::string& origin)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Opens the connection of the endpoint added last.
-  void ConnectLocked(int endpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartFetchersLocked(int endpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int> AddEndpoint(const std::string& address,
+                                  const std::string& origin);
+  std::string EndpointAddress(int endpoint) const;
+  void StartFetchers(int endpoint);
   void FetchLoop(int endpoint);
+  // Waits out the endpoint's back-off; then says whether it needs verifying,
+  // may fetch, or is gone (or the loader is stopping).
+  Turn AwaitTurn(int endpoint);
+  // A range to fetch, or nullopt after waiting up to a second for one (or
+  // on Cancel()); the caller checks its endpoint again before retrying.
+  std::optional<Lease> AwaitLease();
   // Asks the endpoint for the dataset's fingerprint; verifies, refuses or
   // fails it accordingly.
   void Verify(int endpoint);
   void WatchdogLoop();
+  // Fails the epoch when every server has been failing for
+  // options_.unavailable_deadline while batches remain.
+  void CheckAvailability(absl::Time now);
   void ResolveNow();
   // Streams `lease` from `endpoint`. Returns the first batch of the lease
   // not received (lease.end when all were) and the stream's error in
   // `*status`.
   int64_t RunRange(int endpoint, const Lease& lease, absl::Status* status);
+  // RunRange received `batch` from `address`: keeps it for delivery (a new
+  // one), drops it (a duplicate or stale one) or returns DATA_LOSS for a
+  // batch the lease did not ask for. `*next` as RangeSchedule::Receive.
+  absl::Status Accept(int endpoint, const std::string& address,
+                      const Lease& lease, int64_t epoch, int64_t* next,
+                      HostBatch batch);
   // After RunRange: reissues what was not received, judges the endpoint.
-  void FinishRangeLocked(int endpoint, const Lease& lease,
-                         int64_t first_missing, absl::Status status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishRange(int endpoint, const Lease& lease, int64_t first_missing,
+                   absl::Status status);
   // StartEpoch and Resume: starts at `position`, atomically with respect to
   // the fetch threads.
   absl::Status StartAt(const Position& position);
   v1::StreamBatchesRequest MakeRequest(int64_t epoch,
                                        const Lease& lease) const;
-  // The consumer's starvation and rate since the previous report that
-  // covered at least a second (sent with every request).
+  // The consumer's starvation and rate (see ReportWindow), sent with every
+  // request.
   v1::ClientReport TakeReport();
 
   absl::StatusOr<std::vector<std::string>> ResolveSpec(
       const ServerSpec& spec) const;
   // For connection errors: what to check when TLS is on; else empty.
   std::string TlsHint() const;
-  // Sends options_.token with the call, if there is one.
-  void AddToken(grpc::ClientContext* context) const;
+
+  // Locks. Each guards one concern and none is held while calling gRPC
+  // (cancellation included) or while joining a thread:
+  //
+  //   delivery_mu_   the epoch's delivery: schedule_, ready_, error_ (and
+  //                  work_cv_, its condition for the fetch threads)
+  //   endpoints_mu_  server membership and health: endpoints_
+  //   stats_mu_      the counters: stats_
+  //   threads_mu_    the threads this loader owns: threads_
+  //
+  // and the parts lock themselves: connections_ (channels and stubs),
+  // streams_ (streams in flight), report_ (the report window), warnings_
+  // (log thinning); cancelled_ is a Notification.
+  //
+  // Order: stats_mu_ may be taken while delivery_mu_ is held, never the
+  // reverse (a received batch is counted in the step that makes it
+  // deliverable, so the received counts cover every batch Next() can hand
+  // out). No other two of these locks, the parts' included, are ever held
+  // at once, and no Loader lock is held while calling into a part.
 
   const LoaderOptions options_;
-  // From options_.tls, made by Create (plaintext or TLS).
-  std::shared_ptr<grpc::ChannelCredentials> credentials_;
   HeapPixelAllocator heap_allocator_;
   PixelAllocator* const allocator_;
   // Set by Init, constant afterwards.
@@ -248,34 +290,41 @@ class Loader : public BatchSource {
   int64_t dataset_samples_ = 0;
   std::string fingerprint_;
   std::string plan_id_;
-  // Repeated identical warnings about a server, thinned out (own lock).
-  WarningThrottle warnings_;
 
-  mutable absl::Mutex mu_;
+  // Each synchronizes itself.
+  // Repeated identical warnings about a server, thinned out.
+  WarningThrottle warnings_;
+  // Channel and stub per endpoint id (made by Create; never null).
+  const std::unique_ptr<ConnectionSet> connections_;
+  // Streams in flight, for the watchdog.
+  StreamWatch streams_;
+  // The window of the next ClientReport.
+  ReportWindow report_;
+  // Set by Cancel() (and the destructor), never reset: Next() answers
+  // CANCELLED and every thread ends. Notified once, through cancel_once_.
+  absl::Notification cancelled_;
+  absl::once_flag cancel_once_;
+
+  mutable absl::Mutex delivery_mu_ ABSL_ACQUIRED_BEFORE(stats_mu_);
   // Signalled when fetch threads may find work: a new epoch, a moved
   // window, a returned range, Cancel().
   absl::CondVar work_cv_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  EndpointSet endpoints_ ABSL_GUARDED_BY(mu_);
-  // Indexed by endpoint id; only ever appended to.
-  std::vector<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
-  std::map<grpc::ClientContext*, StreamState> active_ ABSL_GUARDED_BY(mu_);
-
   // The epoch's plan of ranges, arrivals and deliveries (created by Init).
-  std::unique_ptr<RangeSchedule> schedule_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RangeSchedule> schedule_ ABSL_GUARDED_BY(delivery_mu_);
   // Received batches not handed out yet, by index.
-  std::map<int64_t, HostBatch> ready_ ABSL_GUARDED_BY(mu_);
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, HostBatch> ready_ ABSL_GUARDED_BY(delivery_mu_);
+  // The epoch's fatal error; OK while it goes on.
+  absl::Status error_ ABSL_GUARDED_BY(delivery_mu_);
 
-  LoaderStats stats_ ABSL_GUARDED_BY(mu_);
-  // The window of the next ClientReport: since when, and the consumer's
-  // wait and samples at that moment; the last report made.
-  absl::Time report_since_ ABSL_GUARDED_BY(mu_) = absl::Now();
-  absl::Duration report_wait_ ABSL_GUARDED_BY(mu_);
-  int64_t report_samples_ ABSL_GUARDED_BY(mu_) = 0;
-  v1::ClientReport last_report_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex endpoints_mu_;
+  EndpointSet endpoints_ ABSL_GUARDED_BY(endpoints_mu_);
+
+  mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(delivery_mu_);
+  LoaderStats stats_ ABSL_GUARDED_BY(stats_mu_);
+
+  absl::Mutex threads_mu_;
+  // Fetch threads (streams_per_server per endpoint) and the watchdog.
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(threads_mu_);
 };
 
 }  // namespace stoker::client
