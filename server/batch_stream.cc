@@ -452,8 +452,10 @@ void BatchStream::FinishBatch(Pending* batch) {
   if (setup_.metrics != nullptr) {
     setup_.metrics->ObserveAssemble(batch->done_ns - batch->scheduled_ns);
   }
-  // Replay keeps a copy of the first batch; charged before the lock (the
-  // budget's lock is never taken under ours).
+  // Replay keeps a copy of the first batch; charged before the lock. (The
+  // budget's lock may be taken under ours: it is a leaf. What must never
+  // happen under ours is releasing a charge, whose grants call into other
+  // streams.)
   MemoryBudget::Charge replay_charge;
   if (setup_.replay && batch->index == setup_.start_batch) {
     replay_charge = setup_.budget->ForceCharge(

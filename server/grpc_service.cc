@@ -263,11 +263,27 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
                  "to free its memory (--stream_idle_timeout)",
                  peer_, absl::FormatDuration(timeout));
     // gRPC runs OnCancel on its executor, not inside this call.
-    context_->TryCancel();
+    TryCancelUnlocked();
     return true;
   }
 
  private:
+  // The gRPC operations, each declared ABSL_LOCKS_EXCLUDED(mu_) so that
+  // clang's thread-safety analysis refuses a call with mu_ held: gRPC may
+  // run a reaction inline, and reactions take mu_.
+  void StartWriteUnlocked(const grpc::ByteBuffer* message)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    StartWrite(message);
+  }
+  void StartWriteLastUnlocked(const grpc::ByteBuffer* message)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    StartWriteAndFinish(message, grpc::WriteOptions(), grpc::Status::OK);
+  }
+  void FinishUnlocked(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
+    Finish(status);
+  }
+  void TryCancelUnlocked() ABSL_LOCKS_EXCLUDED(mu_) { context_->TryCancel(); }
+
   enum class Action { kNothing, kWrite, kWriteLast, kFinish };
 
   void CancelStream() {
@@ -295,7 +311,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       finished_ = true;
       op_busy_ = true;
     }
-    Finish(status);
+    FinishUnlocked(status);
     // The reactor may already be gone: do not touch members after Finish.
   }
 
@@ -319,14 +335,13 @@ class StreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       }
       switch (action) {
         case Action::kWrite:
-          StartWrite(&buffer_);
+          StartWriteUnlocked(&buffer_);
           break;
         case Action::kWriteLast:
-          StartWriteAndFinish(&buffer_, grpc::WriteOptions(),
-                              grpc::Status::OK);
+          StartWriteLastUnlocked(&buffer_);
           return;  // the reactor may be gone
         case Action::kFinish:
-          Finish(final_status);
+          FinishUnlocked(final_status);
           return;  // the reactor may be gone
         case Action::kNothing:
           break;

@@ -11,21 +11,34 @@ namespace stoker::server {
 
 // One request's worth of a shard, planned for one or more batches.
 struct Prefetcher::Range {
+  // Set by Plan, under the prefetcher's mu_, before the range is published
+  // in ranges_; read-only afterwards.
   int32_t shard = 0;
   int64_t begin = 0;
   int64_t end = 0;
   // The sample spans inside it, sorted (for the disk cache).
   std::vector<std::pair<int64_t, int64_t>> spans;
-  // Unreleased batches using it (guarded by the prefetcher's mu_).
-  int batches = 0;
   // The first batch that needs it (sets the fetch order).
   int64_t first_batch = 0;
-  // Set once, by the fetch, under the prefetcher's mu_; `data` is then
-  // immutable.
-  bool done = false;
-  absl::Status status;
-  PooledBuffer data;
   MemoryBudget::Charge charge;
+
+  // What changes once the range is published.
+  struct State {
+    // Unreleased batches using it.
+    int batches = 0;
+    // Set once, by the fetch or by Cancel; `data` is then immutable.
+    bool done = false;
+    absl::Status status;
+    PooledBuffer data;
+  };
+  // The state, guarded by the prefetcher's mu_: the caller names that
+  // mutex, so clang checks it is held.
+  State& state(const absl::Mutex& mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return state_;
+  }
+
+ private:
+  State state_;
 };
 
 bool SampleSpan(const SampleRecord& record, int64_t* begin, int64_t* end) {
@@ -117,7 +130,7 @@ void Prefetcher::Plan(
         if (!SampleSpan(record, &begin, &end)) continue;
         if (std::shared_ptr<Range> r = FindLocked(record.shard, begin, end - begin)) {
           if (std::find(used.begin(), used.end(), r) == used.end()) {
-            ++r->batches;
+            ++r->state(mu_).batches;
             used.push_back(std::move(r));
           }
           continue;
@@ -132,6 +145,9 @@ void Prefetcher::Plan(
     auto close_range = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (current == nullptr) return;
       held_bytes_ += current->end - current->begin;
+      // Charged before it is published: the budget's lock is taken under
+      // mu_ (a leaf; ForceCharge never waits).
+      current->charge = budget_->ForceCharge(current->end - current->begin);
       ranges_.emplace(std::make_pair(current->shard, current->begin), current);
       to_fetch.push_back(std::move(current));
       current = nullptr;
@@ -157,7 +173,7 @@ void Prefetcher::Plan(
       }
       std::vector<std::shared_ptr<Range>>& used = batch_ranges_[span.batch];
       if (used.empty() || used.back() != current) {
-        ++current->batches;
+        ++current->state(mu_).batches;
         used.push_back(current);
       }
     }
@@ -169,7 +185,6 @@ void Prefetcher::Plan(
                      return a->first_batch < b->first_batch;
                    });
   for (const std::shared_ptr<Range>& range : to_fetch) {
-    range->charge = budget_->ForceCharge(range->end - range->begin);
     queue_->Push([self = shared_from_this(), range](WorkerContext*) {
       self->Fetch(range);
     });
@@ -214,26 +229,39 @@ void Prefetcher::Fetch(const std::shared_ptr<Range>& range) {
   counters_->ranges.fetch_add(1, std::memory_order_relaxed);
   counters_->bytes.fetch_add(size, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
-  if (range->done) return;  // cancelled meanwhile
-  if (status.ok()) range->data = std::move(data);
-  range->status = std::move(status);
-  range->done = true;
+  Range::State& state = range->state(mu_);
+  if (state.done) return;  // cancelled meanwhile
+  if (status.ok()) state.data = std::move(data);
+  state.status = std::move(status);
+  state.done = true;
 }
 
 bool Prefetcher::Copy(int32_t shard, int64_t offset, int64_t size, char* dst,
                       absl::Status* status) const {
   std::shared_ptr<Range> range;
+  const char* bytes = nullptr;
   {
     absl::MutexLock lock(&mu_);
     range = FindLocked(shard, offset, size);
     if (range == nullptr) return false;
     Range* r = range.get();
-    mu_.Await(absl::Condition(
-        +[](Range* r) { return r->done; }, r));
-    *status = r->status;
+    // Woken by the fetch, or by Cancel: a range released by its own batch
+    // before its fetch ran is no longer in ranges_, so Cancel cannot mark
+    // it, and waiting for `done` alone would wait forever.
+    auto ready = [this, r]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return r->state(mu_).done || cancelled_.load();
+    };
+    mu_.Await(absl::Condition(&ready));
+    const Range::State& state = r->state(mu_);
+    if (!state.done) {
+      *status = absl::CancelledError("stream cancelled");
+    } else {
+      *status = state.status;
+      bytes = state.data.data();  // immutable once done
+    }
   }
   if (status->ok()) {
-    std::memcpy(dst, range->data.data() + (offset - range->begin), size);
+    std::memcpy(dst, bytes + (offset - range->begin), size);
   }
   return true;
 }
@@ -247,7 +275,7 @@ void Prefetcher::Release(int64_t batch) {
     auto it = batch_ranges_.find(batch);
     if (it == batch_ranges_.end()) return;
     for (std::shared_ptr<Range>& range : it->second) {
-      if (--range->batches > 0) continue;
+      if (--range->state(mu_).batches > 0) continue;
       auto [first, last] = ranges_.equal_range({range->shard, range->begin});
       for (auto r = first; r != last; ++r) {
         if (r->second == range) {
@@ -272,9 +300,10 @@ void Prefetcher::Cancel() {
   queue_->Close();
   absl::MutexLock lock(&mu_);
   for (auto& [key, range] : ranges_) {
-    if (!range->done) {
-      range->status = absl::CancelledError("stream cancelled");
-      range->done = true;
+    Range::State& state = range->state(mu_);
+    if (!state.done) {
+      state.status = absl::CancelledError("stream cancelled");
+      state.done = true;
     }
   }
 }

@@ -95,7 +95,9 @@ class Prefetcher : public RangeLookaside,
             absl::Status* status) const override;
 
   // Fetches not started are dropped, waiting readers are woken (their
-  // reads fail with CANCELLED). Idempotent.
+  // reads fail with CANCELLED). Idempotent. Call it to stop fetching:
+  // queued fetches hold the prefetcher, so dropping the last handle
+  // without Cancel() lets them run (and hold their charges) first.
   void Cancel();
 
  private:
