@@ -33,7 +33,9 @@
 // converting ahead while free output slots remain, so batch N+1 is copied
 // and converted while the consumer computes on batch N. It holds one host
 // batch at a time and gives its pinned buffer back as soon as the copy out
-// of it has finished.
+// of it has finished. (Its parts: client/output_pool.h holds the output
+// slots, client/field_placement.h says where a batch's fields go in one,
+// client/overflow_allocator.h is allocator().)
 //
 // Typical wiring (the network loader takes its allocator at creation):
 //   auto device = DeviceLoader::Create(device_options);
@@ -87,12 +89,11 @@
 #include "client/batch_source.h"
 #include "client/convert.h"
 #include "client/cuda_runtime.h"
+#include "client/device_kind.h"
 #include "client/host_batch.h"
 #include "client/pinned_pool.h"
 
 namespace stoker::client {
-
-enum class DeviceKind { kCpu, kCuda };
 
 // Parses "cpu", "cuda" (device 0) or "cuda:N". InvalidArgument otherwise.
 absl::Status ParseDevice(absl::string_view spec, DeviceKind* kind,
@@ -143,7 +144,6 @@ class DeviceLoader;
 namespace internal {
 class OutputPool;
 class OverflowAllocator;
-struct FieldPlacement;
 }  // namespace internal
 
 // One converted batch. Move-only; owns its output slot until released.
@@ -340,22 +340,59 @@ class DeviceLoader {
   const DeviceLoaderOptions& options() const { return options_; }
 
  private:
+  // What Convert's steps share about one host batch (device_loader.cc).
+  struct Conversion;
+
   DeviceLoader(const DeviceLoaderOptions& options,
                std::unique_ptr<PinnedPool> pinned,
                std::shared_ptr<internal::OutputPool> outputs, CudaStream stream,
                void* staging);
-  // Copies the fields of `host` but the image into `slot`'s buffers (grown
-  // by the caller for `placement`) and records where each field lies in
-  // `batch`. kCuda: masks, views and class values are copied on stream_.
-  absl::Status CopyFields(const HostBatch& host,
-                          const internal::FieldPlacement& placement, int slot,
-                          DeviceBatch& batch);
 
   void Run();
   // Copies and converts one host batch into a free output slot. Moves all
   // but the pixels into the result; `host` keeps the pixels, which must live
-  // until the batch's ready event has completed.
+  // until the batch's ready event has completed. The steps below, in order,
+  // all on the background thread; any error fails this batch alone.
   absl::StatusOr<DeviceBatch> Convert(HostBatch& host);
+  // Checks the batch's shape, size, labels and fields against the options
+  // and places the fields (conv.fields). InvalidArgument naming the batch.
+  absl::Status Check(const HostBatch& host, Conversion& conv) const;
+  // The batch ops parameters for `host` (empty when batch_ops is off),
+  // drawn before a slot is taken so that a bad label fails the batch alone.
+  absl::StatusOr<BatchOpsParams> DrawOps(const HostBatch& host,
+                                         const Conversion& conv) const;
+  // A handle owning output slot `slot` (just acquired), with the loader's
+  // device, dtype and layout and `ops`; no data yet.
+  DeviceBatch NewBatch(int slot, BatchOpsParams ops);
+  // Sizes conv's buffers (labels, boxes, soft labels, fields) and grows the
+  // batch's slot to hold them.
+  absl::Status ReserveSlot(Conversion& conv, const DeviceBatch& batch);
+  // kCpu: converts the pixels into the slot, copies the labels or fields
+  // and the erase boxes, and applies the batch ops (apply_batch_ops).
+  absl::Status FillOnHost(const HostBatch& host, const Conversion& conv,
+                          DeviceBatch& batch);
+  // kCuda: enqueues the same on stream_ after the slot's last uses, and
+  // records the slot's ready event. On error, waits for stream_ so that
+  // nothing reads `host` any more.
+  absl::Status EnqueueOnDevice(const HostBatch& host, const Conversion& conv,
+                               DeviceBatch& batch);
+  // kCuda: makes stream_ wait for the consumer's release of `slot` and the
+  // host wait for the slot's last label and box copies.
+  absl::Status AwaitSlotReuse(int slot);
+  // kCuda: enqueues the labels (or fields) and erase boxes.
+  absl::Status EnqueueLabels(const HostBatch& host, const Conversion& conv,
+                             DeviceBatch& batch);
+  // kCuda: enqueues the copy of the pixels and their conversion.
+  absl::Status EnqueuePixels(const HostBatch& host, const Conversion& conv,
+                             void* out);
+  // Copies the fields of `host` but the image into the batch's slot (grown
+  // for conv.fields) and records where each field lies in `batch`. kCuda:
+  // masks, views and class values are copied on stream_.
+  absl::Status CopyFields(const HostBatch& host, const Conversion& conv,
+                          DeviceBatch& batch);
+  // Points `batch` at its slot's buffers and moves everything but the
+  // pixels from `host` into it.
+  void Finish(HostBatch& host, const Conversion& conv, DeviceBatch& batch);
 
   // Constant after construction.
   const DeviceLoaderOptions options_;
@@ -367,7 +404,8 @@ class DeviceLoader {
   const CudaStream stream_;
   void* const staging_;
 
-  absl::Mutex stop_mu_;  // Serializes Stop() calls.
+  // Serializes Stop() calls; Stop() takes mu_ under it.
+  absl::Mutex stop_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
 
   absl::Mutex mu_;

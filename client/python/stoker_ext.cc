@@ -3,10 +3,11 @@
 // documents the API and allocates the torch tensors that batches are
 // converted into.
 //
-// What lives here: the pipeline binding (interruptible waits with the GIL
-// released), the staged batch that converts into caller-allocated tensors
-// on the caller's CUDA stream, the status -> exception mapping and small
-// helpers (cursor parsing, checksum, log level).
+// What lives here: bindings only. The pipeline binding (interruptible
+// waits with the GIL released), the staged batch's (client/staged_batch.h:
+// conversion into caller-allocated tensors on the caller's CUDA stream),
+// the status -> exception mapping and small helpers (cursor parsing,
+// checksum, log level).
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -15,7 +16,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +35,7 @@
 #include "client/host_replay.h"
 #include "client/python/pipeline.h"
 #include "client/server_list.h"
+#include "client/staged_batch.h"
 #include "image/ops/transform.h"
 #include "spdlog/spdlog.h"
 
@@ -122,69 +123,35 @@ PyObject* MakeErrorType(py::module_& m, const char* name, py::tuple bases,
 
 // --- Batches handed to Python ---
 
-const char* RoleName(v1::FieldRole role) {
-  switch (role) {
-    case v1::FIELD_ROLE_IMAGE:
-      return "image";
-    case v1::FIELD_ROLE_MASK:
-      return "mask";
-    case v1::FIELD_ROLE_CLASS:
-      return "class";
-    case v1::FIELD_ROLE_BYTES:
-      return "bytes";
-    default:
-      return "unspecified";
-  }
-}
-
-// One delivered batch, still in the loader's uint8 NHWC staging slot
-// (device or host memory). Python allocates the output tensors itself
-// (PyTorch's caching allocator on the GPU, so every yielded tensor belongs
-// to the caller and any number may be kept) and ConvertInto() fills them:
-// on the GPU it enqueues the conversion and the label copy on the caller's
-// stream and releases the staging slot on that stream, so the slot is
-// reused only after the conversion has run. Batch ops (random erasing,
-// MixUp / CutMix) drawn by the device loader are applied to the converted
-// tensor right after, on the same stream. With fields, the masks and class
-// values are copied into the caller's tensors by the same call, and bytes
-// values are read (Values) before it. Single use; not thread-safe.
-class StagedBatch {
+// client::StagedBatch (client/staged_batch.h) with Python types: one
+// delivered batch that convert_into converts into the caller's tensors on
+// the caller's stream. Single use; not thread-safe.
+class PyStagedBatch {
  public:
-  StagedBatch(DeviceBatch batch, const ConvertOptions& output)
-      : batch_(std::move(batch)), output_(output) {}
+  PyStagedBatch(DeviceBatch batch, const ConvertOptions& output)
+      : batch_(std::move(batch), output) {}
 
   // (n, c, h, w), the logical shape of the images.
   py::tuple Shape() const {
-    const HostBatch& info = batch_.info();
-    return py::make_tuple(info.n, info.channels, info.height, info.width);
+    const std::array<int64_t, 4> shape = batch_.shape();
+    return py::make_tuple(shape[0], shape[1], shape[2], shape[3]);
   }
 
-  // images: the address of a dense tensor of output_.dtype with n * h * w *
-  // c elements, laid out NCHW (contiguous) or NHWC (channels_last) as the
-  // output layout says; labels: the address of n int64 values, or with
-  // MixUp / CutMix on (soft_labels) of n * num_classes float32 values; both
-  // on the batch's device (host memory for "cpu"). stream: the cudaStream_t
-  // the caller will use the tensors on (0 = the legacy default stream);
-  // ignored on the CPU.
-  // Whether ConvertInto writes soft labels (n x num_classes float32).
-  bool SoftLabels() const { return batch_.batch_ops().soft_labels; }
+  // Whether convert_into writes soft labels (n x num_classes float32).
+  bool SoftLabels() const { return batch_.soft_labels(); }
 
   // Requests with fields: (name, role, shape, is_image) of every field in
-  // request order: role "image", "mask", "class" or "bytes"; shape as
-  // received ((n, h, w, c) for images and masks, (n, repeats, h, w, 3) for
-  // an image field with several views, (n,) otherwise); is_image true for
-  // the batch's image (converted into `images` by convert_into, with the
-  // batch ops), false for every other field, other image views included.
-  // Empty for a classic request.
+  // request order (see StagedBatch::fields and field_is_image). Empty for a
+  // classic request.
   py::list Fields() const {
     py::list out;
-    const std::vector<FieldBatch>& fields = batch_.info().fields;
+    const std::vector<FieldBatch>& fields = batch_.fields();
     for (size_t i = 0; i < fields.size(); ++i) {
       const FieldBatch& f = fields[i];
       py::tuple shape(f.shape.size());
       for (size_t d = 0; d < f.shape.size(); ++d) shape[d] = f.shape[d];
-      out.append(py::make_tuple(f.name, RoleName(f.role), shape,
-                                batch_.valid() && batch_.field_converted(i)));
+      out.append(py::make_tuple(f.name, FieldRoleName(f.role), shape,
+                                batch_.field_is_image(i)));
     }
     return out;
   }
@@ -194,158 +161,41 @@ class StagedBatch {
   // surrogate U+DC00 + b, so s.encode("utf-8", "surrogateescape") gives the
   // exact bytes back). Call before convert_into, which releases the batch.
   py::list Values(size_t i, bool text) const {
-    if (!batch_.valid()) {
-      ThrowStatus(absl::FailedPreconditionError(
-          "this batch was already converted"));
-    }
-    const std::vector<FieldBatch>& fields = batch_.info().fields;
-    if (i >= fields.size() || fields[i].role != v1::FIELD_ROLE_BYTES) {
-      ThrowInvalid(absl::StrCat("field ", i, " is not a bytes field"));
-    }
-    static const char kEmpty[1] = {0};
-    const char* base = batch_.field_data(i) != nullptr
-                           ? static_cast<const char*>(batch_.field_data(i))
-                           : kEmpty;
-    const std::vector<int64_t>& offsets = fields[i].offsets;
-    py::list out(offsets.size() - 1);
-    for (size_t j = 0; j + 1 < offsets.size(); ++j) {
-      const char* data = base + offsets[j];
-      const Py_ssize_t size = offsets[j + 1] - offsets[j];
+    absl::StatusOr<BytesValues> values = batch_.Values(i);
+    if (!values.ok()) ThrowStatus(values.status());
+    py::list out(values->size());
+    for (size_t j = 0; j < values->size(); ++j) {
+      const absl::string_view v = (*values)[j];
+      const auto size = static_cast<Py_ssize_t>(v.size());
       PyObject* value =
-          text ? PyUnicode_DecodeUTF8(data, size, "surrogateescape")
-               : PyBytes_FromStringAndSize(data, size);
+          text ? PyUnicode_DecodeUTF8(v.data(), size, "surrogateescape")
+               : PyBytes_FromStringAndSize(v.data(), size);
       if (value == nullptr) throw py::error_already_set();
       out[j] = py::reinterpret_steal<py::object>(value);
     }
     return out;
   }
 
-  // fields (requests with fields; else empty): one address per field of
-  // Fields(), 0 to leave it out: for a mask, of a dense uint8 NHWC tensor of
-  // its shape; for a class field, of n int64 values; for an image field
-  // other than the batch's image, of a tensor like `images` for its n *
-  // repeats views (converted alike, without batch ops); ignored for the
-  // batch's image and bytes fields. images may be 0 (a request whose image
-  // fields are all views) unless batch ops are drawn; labels may be 0 (no
-  // label output) unless soft labels are written.
+  // images, labels, fields: addresses of the caller's tensors on the
+  // batch's device, 0 for none (see StagedTargets); stream: the
+  // cudaStream_t the caller will use them on (0 = the legacy default
+  // stream), ignored on the CPU.
   void ConvertInto(uintptr_t images, uintptr_t labels, uintptr_t stream,
                    const std::vector<uintptr_t>& fields) {
-    if (!batch_.valid()) {
-      ThrowStatus(absl::FailedPreconditionError(
-          "this batch was already converted"));
-    }
-    if (!fields.empty() && fields.size() != batch_.info().fields.size()) {
-      ThrowInvalid(absl::StrCat("convert_into got ", fields.size(),
-                                " field addresses for ",
-                                batch_.info().fields.size(), " fields"));
-    }
-    if (images == 0 && batch_.batch_ops().active()) {
-      ThrowInvalid("random erasing and MixUp / CutMix apply to the batch's "
-                   "image, which this batch does not have");
-    }
-    if (labels == 0 && SoftLabels()) {
-      ThrowInvalid("convert_into needs a soft labels tensor (MixUp / CutMix)");
-    }
-    if (labels != 0 && !SoftLabels() && batch_.labels() == nullptr) {
-      ThrowInvalid("this batch has no labels: the request has no class field");
-    }
+    StagedTargets to;
+    to.images = reinterpret_cast<void*>(images);
+    to.labels = reinterpret_cast<void*>(labels);
+    to.fields = fields;
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = Convert(reinterpret_cast<void*>(images),
-                  reinterpret_cast<void*>(labels), fields,
-                  reinterpret_cast<CudaStream>(stream));
+      s = batch_.ConvertInto(to, reinterpret_cast<CudaStream>(stream));
     }
     if (!s.ok()) ThrowStatus(s);
   }
 
  private:
-  // The masks, class values and other image views of `fields` (see
-  // ConvertInto): on the host, else on `stream` (which waits on the batch).
-  absl::Status ConvertFields(const std::vector<uintptr_t>& fields,
-                             CudaStream stream) {
-    const std::vector<FieldBatch>& info = batch_.info().fields;
-    const bool cpu = batch_.device() == DeviceKind::kCpu;
-    for (size_t i = 0; i < fields.size(); ++i) {
-      const FieldBatch& f = info[i];
-      void* out = reinterpret_cast<void*>(fields[i]);
-      const auto* src = static_cast<const uint8_t*>(batch_.field_data(i));
-      if (out == nullptr || batch_.field_bytes(i) == 0) continue;
-      absl::Status s;
-      if (f.role == v1::FIELD_ROLE_IMAGE && !batch_.field_converted(i)) {
-        // (n, [repeats,] h, w, 3): n * repeats images.
-        const size_t d = f.shape.size();
-        ImageShape views{f.shape[0], f.shape[d - 3], f.shape[d - 2],
-                         f.shape[d - 1]};
-        if (d == 5) views.n *= f.shape[1];
-        s = cpu ? ConvertOnHost(src, views, output_, out)
-                : ConvertOnDevice(src, views, output_, out, stream);
-      } else if (f.role == v1::FIELD_ROLE_MASK ||
-                 f.role == v1::FIELD_ROLE_CLASS) {
-        if (cpu) {
-          std::memcpy(out, src, batch_.field_bytes(i));
-        } else {
-          s = CudaMemcpyAsync(out, src, batch_.field_bytes(i), stream);
-        }
-      }
-      if (!s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("field '", f.name, "': ",
-                                                   s.message()));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Convert(void* images, void* labels,
-                       const std::vector<uintptr_t>& fields,
-                       CudaStream stream) {
-    const HostBatch& info = batch_.info();
-    const ImageShape shape{info.n, info.height, info.width, info.channels};
-    const auto* pixels = static_cast<const uint8_t*>(batch_.data());
-    const BatchOpsParams& ops = batch_.batch_ops();
-    // With soft labels `labels` receives them; else the int64 labels.
-    float* soft = ops.soft_labels ? static_cast<float*>(labels) : nullptr;
-    const size_t label_bytes = ops.soft_labels || labels == nullptr
-                                   ? 0
-                                   : static_cast<size_t>(info.n) *
-                                         sizeof(int64_t);
-    absl::Status s;
-    if (batch_.device() == DeviceKind::kCpu) {
-      if (images != nullptr) s = ConvertOnHost(pixels, shape, output_, images);
-      if (s.ok() && ops.active()) {
-        s = ApplyBatchOpsOnHost(ops, shape, output_.dtype, output_.layout,
-                                images, batch_.labels(), soft);
-      }
-      if (s.ok() && label_bytes > 0) {
-        std::memcpy(labels, batch_.labels(), label_bytes);
-      }
-      if (s.ok()) s = ConvertFields(fields, stream);
-      batch_.Release();
-      return s;
-    }
-    ScopedCudaDevice device(batch_.device_id());
-    if (!device.status().ok()) return device.status();
-    s = batch_.WaitOn(stream);
-    if (s.ok() && images != nullptr) {
-      s = ConvertOnDevice(pixels, shape, output_, images, stream);
-    }
-    if (s.ok() && ops.active()) {
-      s = ApplyBatchOpsOnDevice(ops, batch_.erase_boxes(), shape,
-                                output_.dtype, output_.layout, images,
-                                batch_.labels(), soft, stream);
-    }
-    if (s.ok() && label_bytes > 0) {
-      s = CudaMemcpyAsync(labels, batch_.labels(), label_bytes, stream);
-    }
-    if (s.ok()) s = ConvertFields(fields, stream);
-    // Recorded on `stream` (the last WaitOn), or, if the wait failed, a
-    // release without an event: nothing was enqueued that reads the slot.
-    batch_.Release();
-    return s;
-  }
-
-  DeviceBatch batch_;
-  const ConvertOptions output_;
+  StagedBatch batch_;
 };
 
 // --- Pipeline binding ---
@@ -690,7 +540,7 @@ class PyPipeline {
       }
     }
     py::dict info = BatchInfo(*batch);
-    return py::make_tuple(StagedBatch(*std::move(batch), output_), info);
+    return py::make_tuple(PyStagedBatch(*std::move(batch), output_), info);
   }
 
   void Abandon() {
@@ -770,7 +620,7 @@ py::list ParseFieldsList(const std::string& text) {
   for (const ParsedField& f : *fields) {
     py::dict d;
     d["name"] = f.spec.name();
-    d["role"] = f.text ? "text" : RoleName(f.spec.role());
+    d["role"] = f.text ? "text" : FieldRoleName(f.spec.role());
     switch (f.spec.missing()) {
       case v1::MISSING_POLICY_SKIP:
         d["missing"] = "skip";
@@ -853,14 +703,14 @@ PYBIND11_MODULE(_stoker, m) {
       py::make_tuple(base, py::handle(PyExc_PermissionError)),
       "This job's token does not cover the dataset.");
 
-  py::class_<StagedBatch>(m, "StagedBatch",
-                          "One received batch; convert_into fills the "
-                          "caller's tensors (see stoker.Loader).")
-      .def_property_readonly("shape", &StagedBatch::Shape)
-      .def_property_readonly("soft_labels", &StagedBatch::SoftLabels)
-      .def_property_readonly("fields", &StagedBatch::Fields)
-      .def("values", &StagedBatch::Values, py::arg("index"), py::arg("text"))
-      .def("convert_into", &StagedBatch::ConvertInto, py::arg("images"),
+  py::class_<PyStagedBatch>(m, "StagedBatch",
+                            "One received batch; convert_into fills the "
+                            "caller's tensors (see stoker.Loader).")
+      .def_property_readonly("shape", &PyStagedBatch::Shape)
+      .def_property_readonly("soft_labels", &PyStagedBatch::SoftLabels)
+      .def_property_readonly("fields", &PyStagedBatch::Fields)
+      .def("values", &PyStagedBatch::Values, py::arg("index"), py::arg("text"))
+      .def("convert_into", &PyStagedBatch::ConvertInto, py::arg("images"),
            py::arg("labels"), py::arg("stream"),
            py::arg("fields") = std::vector<uintptr_t>());
 
