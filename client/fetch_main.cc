@@ -266,6 +266,68 @@ int Fail(const absl::Status& status) {
   return absl::IsInvalidArgument(status) ? 2 : 1;
 }
 
+// Where each delivered batch goes besides the count: --checksum,
+// --fields_out, --keys_out, the skipped-sample warnings and --step_ms.
+struct Sinks {
+  Checksum checksum;
+  std::unique_ptr<std::ofstream> keys_out;
+  absl::Duration step;
+};
+
+absl::Status Consume(int64_t epoch, const HostBatch& batch, Sinks* sinks) {
+  if (absl::GetFlag(FLAGS_checksum)) sinks->checksum.AddBatch(batch);
+  if (!absl::GetFlag(FLAGS_fields_out).empty()) {
+    if (absl::Status s =
+            WriteFields(absl::GetFlag(FLAGS_fields_out), epoch, batch);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (sinks->keys_out != nullptr) {
+    for (const std::string& key : batch.keys) {
+      *sinks->keys_out << epoch << ' ' << key << '\n';
+    }
+    // Flushed per batch: a watcher sees the epoch's progress (the process
+    // tests wait for it instead of sleeping).
+    sinks->keys_out->flush();
+  }
+  for (const auto& s : batch.skipped) {
+    spdlog::warn("server skipped sample '{}' (index {}) in {}: {}", s.key,
+                 s.sample_index, s.shard, s.reason);
+  }
+  if (sinks->step > absl::ZeroDuration()) absl::SleepFor(sinks->step);
+  return absl::OkStatus();
+}
+
+// The closing lines: per-stage figures, the checksum, totals and (after
+// --stop_after_batches) the resume cursor.
+void PrintTotals(const Loader& loader, const Sinks& sinks, int64_t images,
+                 int64_t batches, int64_t bytes, double seconds,
+                 bool stopped_early) {
+  stoker::client::LoaderStats stats = loader.stats();
+  std::printf(
+      "stages: server_read_s=%.3f server_decode_s=%.3f "
+      "server_transform_s=%.3f client_wait_s=%.3f stream_failures=%lld "
+      "reissued_batches=%lld\n",
+      stats.server_read_ns * 1e-9, stats.server_decode_ns * 1e-9,
+      stats.server_transform_ns * 1e-9,
+      absl::ToDoubleSeconds(stats.consumer_wait),
+      static_cast<long long>(stats.stream_failures),
+      static_cast<long long>(stats.reissued_batches));
+  if (absl::GetFlag(FLAGS_checksum)) {
+    std::printf("checksum=%s\n", sinks.checksum.Hex().c_str());
+  }
+  std::printf("images=%lld batches=%lld bytes=%lld seconds=%.3f "
+              "images_per_s=%.1f\n",
+              static_cast<long long>(images), static_cast<long long>(batches),
+              static_cast<long long>(bytes), seconds,
+              seconds > 0 ? images / seconds : 0.0);
+  if (stopped_early) {
+    std::printf("cursor=%s\n", loader.cursor().Serialize().c_str());
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -280,10 +342,11 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<LoaderOptions> options = ReadOptions();
   if (!options.ok()) return Fail(options.status());
-  std::unique_ptr<std::ofstream> keys_out;
+  Sinks sinks;
   if (!absl::GetFlag(FLAGS_keys_out).empty()) {
-    keys_out = std::make_unique<std::ofstream>(absl::GetFlag(FLAGS_keys_out));
-    if (!*keys_out) {
+    sinks.keys_out =
+        std::make_unique<std::ofstream>(absl::GetFlag(FLAGS_keys_out));
+    if (!*sinks.keys_out) {
       return Fail(absl::InvalidArgumentError(absl::StrCat(
           "--keys_out: cannot write ", absl::GetFlag(FLAGS_keys_out))));
     }
@@ -309,8 +372,7 @@ int main(int argc, char** argv) {
   if (!(step_ms >= 0)) {
     return Fail(absl::InvalidArgumentError("--step_ms must be >= 0"));
   }
-  const absl::Duration step = absl::Milliseconds(step_ms);
-  Checksum checksum;
+  sinks.step = absl::Milliseconds(step_ms);
   const int64_t stop_after = absl::GetFlag(FLAGS_stop_after_batches);
   int64_t images = 0, batches = 0, bytes = 0;
   bool stopped_early = false;
@@ -326,27 +388,9 @@ int main(int argc, char** argv) {
       absl::StatusOr<HostBatch> batch = loader.Next();
       if (absl::IsOutOfRange(batch.status())) break;
       if (!batch.ok()) return Fail(batch.status());
-      if (absl::GetFlag(FLAGS_checksum)) checksum.AddBatch(*batch);
-      if (!absl::GetFlag(FLAGS_fields_out).empty()) {
-        if (absl::Status s =
-                WriteFields(absl::GetFlag(FLAGS_fields_out), epoch, *batch);
-            !s.ok()) {
-          return Fail(s);
-        }
+      if (absl::Status s = Consume(epoch, *batch, &sinks); !s.ok()) {
+        return Fail(s);
       }
-      if (keys_out != nullptr) {
-        for (const std::string& key : batch->keys) {
-          *keys_out << epoch << ' ' << key << '\n';
-        }
-        // Flushed per batch: a watcher sees the epoch's progress (the
-        // process tests wait for it instead of sleeping).
-        keys_out->flush();
-      }
-      for (const auto& s : batch->skipped) {
-        spdlog::warn("server skipped sample '{}' (index {}) in {}: {}", s.key,
-                     s.sample_index, s.shard, s.reason);
-      }
-      if (step > absl::ZeroDuration()) absl::SleepFor(step);
       epoch_skipped += batch->skipped.size();
       epoch_images += batch->n;
       ++epoch_batches;
@@ -367,29 +411,7 @@ int main(int argc, char** argv) {
     images += epoch_images;
     batches += epoch_batches;
   }
-  if (keys_out != nullptr) keys_out->flush();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  stoker::client::LoaderStats stats = loader.stats();
-  std::printf(
-      "stages: server_read_s=%.3f server_decode_s=%.3f "
-      "server_transform_s=%.3f client_wait_s=%.3f stream_failures=%lld "
-      "reissued_batches=%lld\n",
-      stats.server_read_ns * 1e-9, stats.server_decode_ns * 1e-9,
-      stats.server_transform_ns * 1e-9,
-      absl::ToDoubleSeconds(stats.consumer_wait),
-      static_cast<long long>(stats.stream_failures),
-      static_cast<long long>(stats.reissued_batches));
-  if (absl::GetFlag(FLAGS_checksum)) {
-    std::printf("checksum=%s\n", checksum.Hex().c_str());
-  }
-  std::printf("images=%lld batches=%lld bytes=%lld seconds=%.3f "
-              "images_per_s=%.1f\n",
-              static_cast<long long>(images), static_cast<long long>(batches),
-              static_cast<long long>(bytes), seconds,
-              seconds > 0 ? images / seconds : 0.0);
-  if (stopped_early) {
-    std::printf("cursor=%s\n", loader.cursor().Serialize().c_str());
-  }
-  std::fflush(stdout);
+  PrintTotals(loader, sinks, images, batches, bytes,
+              absl::ToDoubleSeconds(absl::Now() - start), stopped_early);
   return 0;
 }

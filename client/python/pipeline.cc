@@ -255,19 +255,26 @@ absl::Status Pipeline::Start(const Cursor& cursor) {
     }
     if (absl::Status s = Build(); !s.ok()) return s;
   }
-  absl::MutexLock lock(&mu_);
   // The device loader is not running (kFresh) or paused after handing out
   // the end of the epoch (kEnded), so the network loader has no other
-  // consumer now.
-  if (absl::Status s = loader_->Resume(cursor); !s.ok()) {
-    phase_ = Phase::kBroken;
-    return s;
+  // consumer now. Resume cancels the loader's streams and Start starts a
+  // thread: both outside mu_ (no lock across a cancel). loader_ and device_
+  // cannot change meanwhile: only Build and Teardown replace them, under
+  // consumer_mu_, which this call holds.
+  Loader* loader = nullptr;
+  DeviceLoader* device = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    phase = phase_;
+    loader = loader_.get();
+    device = device_.get();
   }
-  if (phase_ == Phase::kFresh) {
-    if (absl::Status s = device_->Start(loader_.get()); !s.ok()) {
-      phase_ = Phase::kBroken;
-      return s;
-    }
+  absl::Status started = loader->Resume(cursor);
+  if (started.ok() && phase == Phase::kFresh) started = device->Start(loader);
+  absl::MutexLock lock(&mu_);
+  if (!started.ok()) {
+    phase_ = Phase::kBroken;
+    return started;
   }
   position_ = *std::move(position);
   phase_ = Phase::kRunning;
