@@ -617,6 +617,44 @@ bool ValidAxis(double b0, double b1, int size) {
          b1 <= static_cast<double>(size);
 }
 
+// Resample's argument checks (see resample.h).
+absl::Status CheckResampleArgs(const uint8_t* src, int src_w, int src_h,
+                               int src_stride, int channels, double box_x0,
+                               double box_y0, double box_x1, double box_y1,
+                               int out_w, int out_h, const uint8_t* dst,
+                               int dst_stride) {
+  constexpr int kMaxSide = 1 << 20;
+  if (src == nullptr || dst == nullptr) {
+    return absl::InvalidArgumentError("Resample: null image pointer");
+  }
+  if (channels != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Resample: only 3 channels are supported, got ", channels));
+  }
+  if (src_w <= 0 || src_h <= 0 || out_w <= 0 || out_h <= 0 ||
+      src_w > kMaxSide || src_h > kMaxSide || out_w > kMaxSide ||
+      out_h > kMaxSide) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Resample: bad sizes: source ", src_w, "x", src_h,
+                     ", output ", out_w, "x", out_h));
+  }
+  if (src_stride < 3 * src_w || dst_stride < 3 * out_w) {
+    return absl::InvalidArgumentError("Resample: stride smaller than a row");
+  }
+  if (!ValidAxis(box_x0, box_x1, src_w) || !ValidAxis(box_y0, box_y1, src_h)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Resample: box [", box_x0, ", ", box_x1, ") x [", box_y0, ", ", box_y1,
+        ") is empty or outside the ", src_w, "x", src_h, " source"));
+  }
+  if ((box_x1 - box_x0) / out_w > kMaxDownscale ||
+      (box_y1 - box_y0) / out_h > kMaxDownscale) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Resample: downscaling by more than ", kMaxDownscale,
+                     " is not supported"));
+  }
+  return absl::OkStatus();
+}
+
 
 void RunHorizontal(Resampler::Isa isa, bool simd_fits,
                    const uint8_t* const* rows, int num_rows, int length,
@@ -722,34 +760,11 @@ absl::Status Resampler::Resample(const uint8_t* src, int src_w, int src_h,
                                  int out_w, int out_h,
                                  const ResampleParams& params, uint8_t* dst,
                                  int dst_stride) {
-  constexpr int kMaxSide = 1 << 20;
-  if (src == nullptr || dst == nullptr) {
-    return absl::InvalidArgumentError("Resample: null image pointer");
-  }
-  if (channels != 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Resample: only 3 channels are supported, got ", channels));
-  }
-  if (src_w <= 0 || src_h <= 0 || out_w <= 0 || out_h <= 0 ||
-      src_w > kMaxSide || src_h > kMaxSide || out_w > kMaxSide ||
-      out_h > kMaxSide) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Resample: bad sizes: source ", src_w, "x", src_h,
-                     ", output ", out_w, "x", out_h));
-  }
-  if (src_stride < 3 * src_w || dst_stride < 3 * out_w) {
-    return absl::InvalidArgumentError("Resample: stride smaller than a row");
-  }
-  if (!ValidAxis(box_x0, box_x1, src_w) || !ValidAxis(box_y0, box_y1, src_h)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Resample: box [", box_x0, ", ", box_x1, ") x [", box_y0, ", ", box_y1,
-        ") is empty or outside the ", src_w, "x", src_h, " source"));
-  }
-  if ((box_x1 - box_x0) / out_w > kMaxDownscale ||
-      (box_y1 - box_y0) / out_h > kMaxDownscale) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Resample: downscaling by more than ", kMaxDownscale,
-                     " is not supported"));
+  if (absl::Status s = CheckResampleArgs(src, src_w, src_h, src_stride,
+                                         channels, box_x0, box_y0, box_x1,
+                                         box_y1, out_w, out_h, dst, dst_stride);
+      !s.ok()) {
+    return s;
   }
 
   switch (params.interpolation) {
@@ -786,46 +801,61 @@ absl::Status Resampler::Resample(const uint8_t* src, int src_w, int src_h,
               VerticalCost(out_h, out_w, vertical_) <=
           VerticalCost(out_h, used_cols, vertical_) +
               HorizontalCost(out_h, horizontal_);
-  const bool simd = isa_ != Isa::kScalar;
-
   if (horizontal_first) {
-    // Horizontal pass over source rows [first, last) into the intermediate
-    // (one row per used source row), then vertical pass into dst.
-    const bool h_fits = RebaseAxis(0, src_w, &horizontal_);
-    RebaseAxis(vertical_.first, used_rows, &vertical_);
-    if (simd) {
-      BuildBroadcast(/*horizontal=*/true, &horizontal_);
-      BuildBroadcast(/*horizontal=*/false, &vertical_);
-    }
-    const ptrdiff_t mid_stride = 3 * static_cast<ptrdiff_t>(out_w);
-    const size_t mid_size = mid_stride * used_rows + kRowSlack;
-    if (intermediate_.size() < mid_size) intermediate_.resize(mid_size);
-
-    rows_.resize(used_rows);
-    for (int r = 0; r < used_rows; ++r) {
-      rows_[r] = src + static_cast<ptrdiff_t>(vertical_.first + r) * src_stride;
-    }
-    if (simd && h_fits && vertical_.last == src_h) {
-      // The last source row may end the caller's buffer: read a padded copy.
-      const size_t row_bytes = 3 * static_cast<size_t>(src_w);
-      if (padded_row_.size() < row_bytes + kRowSlack) {
-        padded_row_.resize(row_bytes + kRowSlack);
-      }
-      std::memcpy(padded_row_.data(), rows_[used_rows - 1], row_bytes);
-      rows_[used_rows - 1] = padded_row_.data();
-    }
-    RunHorizontal(isa_, h_fits, rows_.data(), used_rows, src_w, horizontal_,
-                  intermediate_.data(), mid_stride, /*exact_tail=*/false);
-    for (int r = 0; r < used_rows; ++r) {
-      rows_[r] = intermediate_.data() + r * mid_stride;
-    }
-    RunVertical(isa_, rows_.data(), used_rows, 3 * out_w, vertical_, dst,
-                dst_stride, &tap_rows_, &vertical_scratch_);
-    return absl::OkStatus();
+    ResampleHorizontalFirst(src, src_w, src_h, src_stride, out_w, dst,
+                            dst_stride);
+  } else {
+    ResampleVerticalFirst(src, src_h, src_stride, out_h, dst, dst_stride);
   }
+  return absl::OkStatus();
+}
 
+void Resampler::ResampleHorizontalFirst(const uint8_t* src, int src_w,
+                                        int src_h, int src_stride, int out_w,
+                                        uint8_t* dst, int dst_stride) {
+  // Horizontal pass over source rows [first, last) into the intermediate
+  // (one row per used source row), then vertical pass into dst.
+  const bool simd = isa_ != Isa::kScalar;
+  const int used_rows = vertical_.last - vertical_.first;
+  const bool h_fits = RebaseAxis(0, src_w, &horizontal_);
+  RebaseAxis(vertical_.first, used_rows, &vertical_);
+  if (simd) {
+    BuildBroadcast(/*horizontal=*/true, &horizontal_);
+    BuildBroadcast(/*horizontal=*/false, &vertical_);
+  }
+  const ptrdiff_t mid_stride = 3 * static_cast<ptrdiff_t>(out_w);
+  const size_t mid_size = mid_stride * used_rows + kRowSlack;
+  if (intermediate_.size() < mid_size) intermediate_.resize(mid_size);
+
+  rows_.resize(used_rows);
+  for (int r = 0; r < used_rows; ++r) {
+    rows_[r] = src + static_cast<ptrdiff_t>(vertical_.first + r) * src_stride;
+  }
+  if (simd && h_fits && vertical_.last == src_h) {
+    // The last source row may end the caller's buffer: read a padded copy.
+    const size_t row_bytes = 3 * static_cast<size_t>(src_w);
+    if (padded_row_.size() < row_bytes + kRowSlack) {
+      padded_row_.resize(row_bytes + kRowSlack);
+    }
+    std::memcpy(padded_row_.data(), rows_[used_rows - 1], row_bytes);
+    rows_[used_rows - 1] = padded_row_.data();
+  }
+  RunHorizontal(isa_, h_fits, rows_.data(), used_rows, src_w, horizontal_,
+                intermediate_.data(), mid_stride, /*exact_tail=*/false);
+  for (int r = 0; r < used_rows; ++r) {
+    rows_[r] = intermediate_.data() + r * mid_stride;
+  }
+  RunVertical(isa_, rows_.data(), used_rows, 3 * out_w, vertical_, dst,
+              dst_stride, &tap_rows_, &vertical_scratch_);
+}
+
+void Resampler::ResampleVerticalFirst(const uint8_t* src, int src_h,
+                                      int src_stride, int out_h, uint8_t* dst,
+                                      int dst_stride) {
   // Vertical pass over source columns [first, last) into the intermediate
   // (out_h rows), then horizontal pass into dst.
+  const bool simd = isa_ != Isa::kScalar;
+  const int used_cols = horizontal_.last - horizontal_.first;
   RebaseAxis(0, src_h, &vertical_);
   const bool h_fits = RebaseAxis(horizontal_.first, used_cols, &horizontal_);
   if (simd) {
@@ -850,7 +880,6 @@ absl::Status Resampler::Resample(const uint8_t* src, int src_w, int src_h,
   }
   RunHorizontal(isa_, h_fits, rows_.data(), out_h, used_cols, horizontal_, dst,
                 dst_stride, /*exact_tail=*/true);
-  return absl::OkStatus();
 }
 
 }  // namespace stoker::image

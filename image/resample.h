@@ -130,6 +130,15 @@ class Resampler {
                        double box_x1, double box_y1, int out_w, int out_h,
                        const ResampleParams& params, uint8_t* dst,
                        int dst_stride);
+  // The separable filters' two passes, with horizontal_ and vertical_ as
+  // computed for the call: horizontal then vertical (the intermediate holds
+  // the used source rows at the output width), or vertical then horizontal
+  // (the intermediate holds out_h rows of the used source columns).
+  void ResampleHorizontalFirst(const uint8_t* src, int src_w, int src_h,
+                               int src_stride, int out_w, uint8_t* dst,
+                               int dst_stride);
+  void ResampleVerticalFirst(const uint8_t* src, int src_h, int src_stride,
+                             int out_h, uint8_t* dst, int dst_stride);
 
   const Isa isa_;
   AxisTable horizontal_;

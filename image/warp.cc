@@ -1092,6 +1092,132 @@ PixelRect WarpReadRegion(const WarpStep& step, int input_width,
   return PixelRect{x0, y0, x1 - x0, y1 - y0};
 }
 
+namespace {
+
+// Warp's argument checks (see warp.h).
+absl::Status CheckWarpArgs(const WarpStep& step, const WarpSource& source,
+                           const uint8_t* dst, int dst_stride) {
+  if (absl::Status s = ValidateWarp(step); !s.ok()) return s;
+  if (source.pixels == nullptr || source.width < 1 || source.height < 1 ||
+      source.stride < 3 * source.width || source.input_width < 1 ||
+      source.input_height < 1 || !std::isfinite(source.origin_x) ||
+      !std::isfinite(source.origin_y) || !(source.scale_x > 0) ||
+      !(source.scale_y > 0) || !std::isfinite(source.scale_x) ||
+      !std::isfinite(source.scale_y)) {
+    return absl::InvalidArgumentError("Warp: bad source image");
+  }
+  if (dst == nullptr || dst_stride < 3 * step.out_width) {
+    return absl::InvalidArgumentError("Warp: bad destination");
+  }
+  return absl::OkStatus();
+}
+
+// The axis-aligned path: `r`'s box resampled into its output rectangle,
+// and the fill around it.
+absl::Status ResampleAxisAligned(const WarpStep& step,
+                                 const WarpSource& source,
+                                 const AxisResample& r, Resampler& resampler,
+                                 uint8_t* dst, int dst_stride) {
+  // The box in source-pixel coordinates, clamped against rounding.
+  const Box& b = r.box;
+  const double w = source.width, h = source.height;
+  const double x0 =
+      std::clamp((b.x0 - source.origin_x) / source.scale_x, 0.0, w);
+  const double x1 =
+      std::clamp((b.x1 - source.origin_x) / source.scale_x, 0.0, w);
+  const double y0 =
+      std::clamp((b.y0 - source.origin_y) / source.scale_y, 0.0, h);
+  const double y1 =
+      std::clamp((b.y1 - source.origin_y) / source.scale_y, 0.0, h);
+  ResampleParams params;
+  params.interpolation = step.interpolation;
+  params.flip_horizontal = b.flip_x;
+  params.flip_vertical = b.flip_y;
+  if (absl::Status s = resampler.Resample(
+          source.pixels, source.width, source.height, source.stride, 3, x0,
+          y0, x1, y1, r.x1 - r.x0, r.y1 - r.y0, params,
+          dst + r.y0 * static_cast<ptrdiff_t>(dst_stride) + 3 * r.x0,
+          dst_stride);
+      !s.ok()) {
+    return s;
+  }
+  // Fill around the resampled rectangle (padding).
+  const bool padded = r.x0 > 0 || r.y0 > 0 || r.x1 < step.out_width ||
+                      r.y1 < step.out_height;
+  for (int y = 0; padded && y < step.out_height; ++y) {
+    uint8_t* row = dst + y * static_cast<ptrdiff_t>(dst_stride);
+    if (y < r.y0 || y >= r.y1) {
+      Fill(row, step.out_width, step.fill);
+      continue;
+    }
+    Fill(row, r.x0, step.fill);
+    Fill(row + 3 * r.x1, step.out_width - r.x1, step.fill);
+  }
+  return absl::OkStatus();
+}
+
+// The antialiasing pre-pass: the part of the source (in source pixels) that
+// is resampled to width x height, about the output's density.
+struct Prescale {
+  bool applies = false;
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  int width = 0, height = 0;
+};
+
+// The part the warp reads (plus a margin, so that the warp's taps never
+// reach its edge except at the input's edge). The part is aligned to the
+// source's pixel grid in input coordinates, so a partial source and a
+// whole one give the same intermediate. Does not apply when the source
+// does not hold that part.
+Prescale PlanPrescale(const Layout& layout, const WarpSource& source) {
+  const double sx = source.scale_x, sy = source.scale_y;
+  const auto source_index = [](double v, double origin, double scale,
+                               bool up) {
+    const double cell = (up ? std::ceil(v / scale) : std::floor(v / scale));
+    return std::round((cell * scale - origin) / scale);
+  };
+  Prescale p;
+  p.x0 = std::clamp(
+      source_index(layout.x0 - layout.pad_x, source.origin_x, sx, false), 0.0,
+      1.0 * source.width);
+  p.x1 = std::clamp(
+      source_index(layout.x1 + layout.pad_x, source.origin_x, sx, true), 0.0,
+      1.0 * source.width);
+  p.y0 = std::clamp(
+      source_index(layout.y0 - layout.pad_y, source.origin_y, sy, false), 0.0,
+      1.0 * source.height);
+  p.y1 = std::clamp(
+      source_index(layout.y1 + layout.pad_y, source.origin_y, sy, true), 0.0,
+      1.0 * source.height);
+  if (!(p.x0 < p.x1) || !(p.y0 < p.y1)) return Prescale{};
+  p.width = std::max(
+      1, static_cast<int>(std::ceil((p.x1 - p.x0) / layout.shrink_x - 1e-9)));
+  p.height = std::max(
+      1, static_cast<int>(std::ceil((p.y1 - p.y0) / layout.shrink_y - 1e-9)));
+  p.applies = true;
+  return p;
+}
+
+// The pre-pass output `pixels` as a source for the warp.
+WarpSource PrescaledSource(const WarpSource& source, const Prescale& p,
+                           const uint8_t* pixels) {
+  const double sx = source.scale_x, sy = source.scale_y;
+  WarpSource intermediate;
+  intermediate.pixels = pixels;
+  intermediate.width = p.width;
+  intermediate.height = p.height;
+  intermediate.stride = 3 * p.width;
+  intermediate.origin_x = source.origin_x + p.x0 * sx;
+  intermediate.origin_y = source.origin_y + p.y0 * sy;
+  intermediate.scale_x = sx * (p.x1 - p.x0) / p.width;
+  intermediate.scale_y = sy * (p.y1 - p.y0) / p.height;
+  intermediate.input_width = source.input_width;
+  intermediate.input_height = source.input_height;
+  return intermediate;
+}
+
+}  // namespace
+
 Warper::Warper(const ResamplerOptions& options)
     : resampler_(options), avx2_(DetectAvx2(options.kernels)) {}
 
@@ -1108,17 +1234,8 @@ void Warper::ReleaseBuffersOver(size_t bytes) {
 absl::Status Warper::Warp(const WarpStep& step, const WarpSource& source,
                           uint8_t* dst, int dst_stride) {
   last_path_ = Path::kNone;
-  if (absl::Status s = ValidateWarp(step); !s.ok()) return s;
-  if (source.pixels == nullptr || source.width < 1 || source.height < 1 ||
-      source.stride < 3 * source.width || source.input_width < 1 ||
-      source.input_height < 1 || !std::isfinite(source.origin_x) ||
-      !std::isfinite(source.origin_y) || !(source.scale_x > 0) ||
-      !(source.scale_y > 0) || !std::isfinite(source.scale_x) ||
-      !std::isfinite(source.scale_y)) {
-    return absl::InvalidArgumentError("Warp: bad source image");
-  }
-  if (dst == nullptr || dst_stride < 3 * step.out_width) {
-    return absl::InvalidArgumentError("Warp: bad destination");
+  if (absl::Status s = CheckWarpArgs(step, source, dst, dst_stride); !s.ok()) {
+    return s;
   }
   const int in_w = source.input_width, in_h = source.input_height;
 
@@ -1131,40 +1248,10 @@ absl::Status Warper::Warp(const WarpStep& step, const WarpSource& source,
   }
 
   if (const AxisResample r = PlanAxisResample(step, in_w, in_h); r.applies) {
-    // The box in source-pixel coordinates, clamped against rounding.
-    const Box& b = r.box;
-    const double w = source.width, h = source.height;
-    const double x0 =
-        std::clamp((b.x0 - source.origin_x) / source.scale_x, 0.0, w);
-    const double x1 =
-        std::clamp((b.x1 - source.origin_x) / source.scale_x, 0.0, w);
-    const double y0 =
-        std::clamp((b.y0 - source.origin_y) / source.scale_y, 0.0, h);
-    const double y1 =
-        std::clamp((b.y1 - source.origin_y) / source.scale_y, 0.0, h);
-    ResampleParams params;
-    params.interpolation = step.interpolation;
-    params.flip_horizontal = b.flip_x;
-    params.flip_vertical = b.flip_y;
-    if (absl::Status s = resampler_.Resample(
-            source.pixels, source.width, source.height, source.stride, 3, x0,
-            y0, x1, y1, r.x1 - r.x0, r.y1 - r.y0, params,
-            dst + r.y0 * static_cast<ptrdiff_t>(dst_stride) + 3 * r.x0,
-            dst_stride);
+    if (absl::Status s =
+            ResampleAxisAligned(step, source, r, resampler_, dst, dst_stride);
         !s.ok()) {
       return s;
-    }
-    // Fill around the resampled rectangle (padding).
-    const bool padded = r.x0 > 0 || r.y0 > 0 || r.x1 < step.out_width ||
-                        r.y1 < step.out_height;
-    for (int y = 0; padded && y < step.out_height; ++y) {
-      uint8_t* row = dst + y * static_cast<ptrdiff_t>(dst_stride);
-      if (y < r.y0 || y >= r.y1) {
-        Fill(row, step.out_width, step.fill);
-        continue;
-      }
-      Fill(row, r.x0, step.fill);
-      Fill(row + 3 * r.x1, step.out_width - r.x1, step.fill);
     }
     last_path_ = Path::kResample;
     return absl::OkStatus();
@@ -1172,70 +1259,31 @@ absl::Status Warper::Warp(const WarpStep& step, const WarpSource& source,
 
   const Layout layout =
       GeneralLayout(step, in_w, in_h, source.scale_x, source.scale_y);
-  if (layout.empty || !layout.prescale) {
+  // Without a pre-pass (none needed, or the source does not hold the part
+  // the warp reads), the source is warped as it is.
+  const Prescale pre = layout.empty || !layout.prescale
+                           ? Prescale{}
+                           : PlanPrescale(layout, source);
+  if (!pre.applies) {
     if (absl::Status s = Transform(step, source, dst, dst_stride); !s.ok()) {
       return s;
     }
     last_path_ = Path::kTransform;
     return absl::OkStatus();
   }
-
-  // Antialiasing pre-pass: resample the part of the source the warp reads
-  // (plus a margin, so that the warp's taps never reach its edge except at
-  // the input's edge) to about the output's density. The part is aligned to
-  // the source's pixel grid in input coordinates, so a partial source and a
-  // whole one give the same intermediate.
-  const double sx = source.scale_x, sy = source.scale_y;
-  const auto source_index = [](double v, double origin, double scale,
-                               bool up) {
-    const double cell = (up ? std::ceil(v / scale) : std::floor(v / scale));
-    return std::round((cell * scale - origin) / scale);
-  };
-  const double bx0 = std::clamp(
-      source_index(layout.x0 - layout.pad_x, source.origin_x, sx, false), 0.0,
-      1.0 * source.width);
-  const double bx1 = std::clamp(
-      source_index(layout.x1 + layout.pad_x, source.origin_x, sx, true), 0.0,
-      1.0 * source.width);
-  const double by0 = std::clamp(
-      source_index(layout.y0 - layout.pad_y, source.origin_y, sy, false), 0.0,
-      1.0 * source.height);
-  const double by1 = std::clamp(
-      source_index(layout.y1 + layout.pad_y, source.origin_y, sy, true), 0.0,
-      1.0 * source.height);
-  if (!(bx0 < bx1) || !(by0 < by1)) {
-    // The source does not hold the part the warp reads: warp it as it is.
-    if (absl::Status s = Transform(step, source, dst, dst_stride); !s.ok()) {
-      return s;
-    }
-    last_path_ = Path::kTransform;
-    return absl::OkStatus();
-  }
-  const int iw = std::max(
-      1, static_cast<int>(std::ceil((bx1 - bx0) / layout.shrink_x - 1e-9)));
-  const int ih = std::max(
-      1, static_cast<int>(std::ceil((by1 - by0) / layout.shrink_y - 1e-9)));
-  const size_t bytes = 3 * static_cast<size_t>(iw) * ih;
+  const size_t bytes = 3 * static_cast<size_t>(pre.width) * pre.height;
   if (prescaled_.size() < bytes) prescaled_.resize(bytes);
   ResampleParams params;
   params.interpolation = step.interpolation;
   if (absl::Status s = resampler_.Resample(
-          source.pixels, source.width, source.height, source.stride, 3, bx0,
-          by0, bx1, by1, iw, ih, params, prescaled_.data(), 3 * iw);
+          source.pixels, source.width, source.height, source.stride, 3, pre.x0,
+          pre.y0, pre.x1, pre.y1, pre.width, pre.height, params,
+          prescaled_.data(), 3 * pre.width);
       !s.ok()) {
     return s;
   }
-  WarpSource intermediate;
-  intermediate.pixels = prescaled_.data();
-  intermediate.width = iw;
-  intermediate.height = ih;
-  intermediate.stride = 3 * iw;
-  intermediate.origin_x = source.origin_x + bx0 * sx;
-  intermediate.origin_y = source.origin_y + by0 * sy;
-  intermediate.scale_x = sx * (bx1 - bx0) / iw;
-  intermediate.scale_y = sy * (by1 - by0) / ih;
-  intermediate.input_width = in_w;
-  intermediate.input_height = in_h;
+  const WarpSource intermediate =
+      PrescaledSource(source, pre, prescaled_.data());
   if (absl::Status s = Transform(step, intermediate, dst, dst_stride);
       !s.ok()) {
     return s;

@@ -26,139 +26,134 @@ bool ValidName(const std::string& name) {
   return true;
 }
 
-}  // namespace
-
-uint64_t ViewKey(uint64_t sample_key, int view) {
-  // "VIEW" tags the extra views' keys apart from ops' keys.
-  return view == 0 ? sample_key
-                   : common::HashCombine(sample_key,
-                                         0x5649455700000000ULL + view);
+// Checks what every field needs (name, extensions, missing policy) and fills
+// in the defaults: extensions lowercased without a leading dot, missing
+// policy ERROR when unspecified.
+absl::Status NormalizeCommon(const std::string& where,
+                             std::set<std::string>& names,
+                             v1::FieldSpec& spec) {
+  if (!ValidName(spec.name())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": a name is 1-64 of [A-Za-z0-9_], not starting with a digit"));
+  }
+  if (!names.insert(spec.name()).second) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " appears twice"));
+  }
+  if (spec.extensions().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " names no extension"));
+  }
+  for (std::string& ext : *spec.mutable_extensions()) {
+    absl::string_view e = ext;
+    absl::ConsumePrefix(&e, ".");
+    if (e.empty() || absl::StrContains(e, '/')) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": bad extension '", ext, "'"));
+    }
+    ext = absl::AsciiStrToLower(e);
+  }
+  if (spec.missing() == v1::MISSING_POLICY_UNSPECIFIED) {
+    spec.set_missing(v1::MISSING_POLICY_ERROR);
+  }
+  if (!v1::MissingPolicy_IsValid(spec.missing())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": unknown missing policy ", spec.missing()));
+  }
+  return absl::OkStatus();
 }
 
-absl::StatusOr<FieldLayout> MakeFieldLayout(
-    const google::protobuf::RepeatedPtrField<v1::FieldSpec>& specs,
-    std::shared_ptr<const image::Transform> transform) {
-  if (specs.size() > kMaxFields) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        specs.size(), " fields requested, at most ", kMaxFields));
-  }
-  FieldLayout layout;
-  layout.image = -1;
-  std::set<std::string> names;
-  for (const v1::FieldSpec& given : specs) {
-    FieldLayout::Field field;
-    field.spec = given;
-    v1::FieldSpec& spec = field.spec;
-    const std::string where = absl::StrCat("field '", spec.name(), "'");
-    if (!ValidName(spec.name())) {
+// An image field: its pipeline (its own or `transform`), size, views and
+// slot. `field` is to become layout.fields[layout.fields.size()].
+absl::Status PlaceImageField(
+    const std::string& where,
+    const std::shared_ptr<const image::Transform>& transform,
+    FieldLayout& layout, FieldLayout::Field& field) {
+  v1::FieldSpec& spec = field.spec;
+  if (layout.image >= 0) {
+    const v1::FieldSpec& first = layout.fields[layout.image].spec;
+    if (!std::equal(first.extensions().begin(), first.extensions().end(),
+                    spec.extensions().begin(), spec.extensions().end())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": a name is 1-64 of [A-Za-z0-9_], not starting with a digit"));
+          where, ": image fields are views of one member and must "
+                 "name the same extensions as field '",
+          first.name(), "'"));
     }
-    if (!names.insert(spec.name()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(where, " appears twice"));
-    }
-    if (spec.extensions().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, " names no extension"));
-    }
-    for (std::string& ext : *spec.mutable_extensions()) {
-      absl::string_view e = ext;
-      absl::ConsumePrefix(&e, ".");
-      if (e.empty() || absl::StrContains(e, '/')) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": bad extension '", ext, "'"));
-      }
-      ext = absl::AsciiStrToLower(e);
-    }
-    if (spec.missing() == v1::MISSING_POLICY_UNSPECIFIED) {
-      spec.set_missing(v1::MISSING_POLICY_ERROR);
-    }
-    if (!v1::MissingPolicy_IsValid(spec.missing())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": unknown missing policy ", spec.missing()));
-    }
-    switch (spec.role()) {
-      case v1::FIELD_ROLE_IMAGE: {
-        if (layout.image >= 0) {
-          const v1::FieldSpec& first = layout.fields[layout.image].spec;
-          if (!std::equal(first.extensions().begin(), first.extensions().end(),
-                          spec.extensions().begin(), spec.extensions().end())) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                where, ": image fields are views of one member and must "
-                       "name the same extensions as field '",
-                first.name(), "'"));
-          }
-        }
-        if (spec.missing() == v1::MISSING_POLICY_EMPTY) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, ": the image cannot be empty when missing "
-                                  "(use skip or error)"));
-        }
-        if (spec.repeats() == 0) spec.set_repeats(1);
-        if (spec.repeats() < 1 || spec.repeats() > kMaxViews) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, ": repeats must be 1..", kMaxViews, ", not ",
-              spec.repeats()));
-        }
-        field.transform = transform;
-        if (!spec.transform().steps().empty()) {
-          absl::StatusOr<image::Transform> own =
-              image::Transform::Create(spec.transform());
-          if (!own.ok()) {
-            return absl::Status(own.status().code(),
-                                absl::StrCat(where, ": ", own.status().message()));
-          }
-          field.transform =
-              std::make_shared<const image::Transform>(*std::move(own));
-        }
-        field.out_width = field.transform->output_size().width;
-        field.out_height = field.transform->output_size().height;
-        field.repeats = spec.repeats();
-        field.first_view = layout.views;
-        layout.views += field.repeats;
-        if (layout.views > kMaxViews) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "the image fields ask for ", layout.views,
-              " views per sample, at most ", kMaxViews));
-        }
-        if (layout.image < 0) layout.image = static_cast<int>(layout.fields.size());
-        field.sample_bytes = static_cast<size_t>(field.repeats) *
-                             field.out_width * field.out_height * 3;
-        field.slot = layout.fixed_count++;
-        break;
-      }
-      case v1::FIELD_ROLE_MASK:
-        if (spec.channels() == 0) spec.set_channels(1);
-        if (spec.channels() < 1 || spec.channels() > 4) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, ": mask channels must be 1..4, not ", spec.channels()));
-        }
-        if (spec.fill() < 0 || spec.fill() > 255) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, ": mask fill must be 0..255, not ", spec.fill()));
-        }
-        // Sized after the loop: a mask takes the image's size.
-        field.slot = layout.fixed_count++;
-        break;
-      case v1::FIELD_ROLE_CLASS:
-        field.slot = layout.class_count++;
-        break;
-      case v1::FIELD_ROLE_BYTES:
-        field.slot = layout.bytes_count++;
-        break;
-      default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": role must be image, mask, class or bytes (got ",
-            spec.role(), ")"));
-    }
-    field.extensions.assign(spec.extensions().begin(), spec.extensions().end());
-    layout.fields.push_back(std::move(field));
   }
-  if (layout.image < 0) {
+  if (spec.missing() == v1::MISSING_POLICY_EMPTY) {
     return absl::InvalidArgumentError(
-        "the fields name no image (at least one field has role image)");
+        absl::StrCat(where, ": the image cannot be empty when missing "
+                            "(use skip or error)"));
   }
-  // Masks follow the image's geometry, so they have its size.
+  if (spec.repeats() == 0) spec.set_repeats(1);
+  if (spec.repeats() < 1 || spec.repeats() > kMaxViews) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": repeats must be 1..", kMaxViews, ", not ", spec.repeats()));
+  }
+  field.transform = transform;
+  if (!spec.transform().steps().empty()) {
+    absl::StatusOr<image::Transform> own =
+        image::Transform::Create(spec.transform());
+    if (!own.ok()) {
+      return absl::Status(own.status().code(),
+                          absl::StrCat(where, ": ", own.status().message()));
+    }
+    field.transform = std::make_shared<const image::Transform>(*std::move(own));
+  }
+  field.out_width = field.transform->output_size().width;
+  field.out_height = field.transform->output_size().height;
+  field.repeats = spec.repeats();
+  field.first_view = layout.views;
+  layout.views += field.repeats;
+  if (layout.views > kMaxViews) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the image fields ask for ", layout.views,
+                     " views per sample, at most ", kMaxViews));
+  }
+  if (layout.image < 0) layout.image = static_cast<int>(layout.fields.size());
+  field.sample_bytes = static_cast<size_t>(field.repeats) * field.out_width *
+                       field.out_height * 3;
+  field.slot = layout.fixed_count++;
+  return absl::OkStatus();
+}
+
+// Checks the role's own settings and gives the field its slot among the
+// fields of its kind. A mask is sized later (SizeFixedFields).
+absl::Status PlaceByRole(
+    const std::string& where,
+    const std::shared_ptr<const image::Transform>& transform,
+    FieldLayout& layout, FieldLayout::Field& field) {
+  v1::FieldSpec& spec = field.spec;
+  switch (spec.role()) {
+    case v1::FIELD_ROLE_IMAGE:
+      return PlaceImageField(where, transform, layout, field);
+    case v1::FIELD_ROLE_MASK:
+      if (spec.channels() == 0) spec.set_channels(1);
+      if (spec.channels() < 1 || spec.channels() > 4) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": mask channels must be 1..4, not ", spec.channels()));
+      }
+      if (spec.fill() < 0 || spec.fill() > 255) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": mask fill must be 0..255, not ", spec.fill()));
+      }
+      field.slot = layout.fixed_count++;
+      return absl::OkStatus();
+    case v1::FIELD_ROLE_CLASS:
+      field.slot = layout.class_count++;
+      return absl::OkStatus();
+    case v1::FIELD_ROLE_BYTES:
+      field.slot = layout.bytes_count++;
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": role must be image, mask, class or bytes (got ",
+          spec.role(), ")"));
+  }
+}
+
+// Once every field is placed: masks take the image's size, the image moves
+// to fixed slot 0, and the fixed fields' bytes are summed.
+void SizeFixedFields(FieldLayout& layout) {
   const FieldLayout::Field& image = layout.fields[layout.image];
   for (FieldLayout::Field& f : layout.fields) {
     if (f.spec.role() != v1::FIELD_ROLE_MASK) continue;
@@ -183,6 +178,47 @@ absl::StatusOr<FieldLayout> MakeFieldLayout(
     layout.fixed_bytes[f.slot] = f.sample_bytes;
     layout.fixed_sample_bytes += f.sample_bytes;
   }
+}
+
+}  // namespace
+
+uint64_t ViewKey(uint64_t sample_key, int view) {
+  // "VIEW" tags the extra views' keys apart from ops' keys.
+  return view == 0 ? sample_key
+                   : common::HashCombine(sample_key,
+                                         0x5649455700000000ULL + view);
+}
+
+absl::StatusOr<FieldLayout> MakeFieldLayout(
+    const google::protobuf::RepeatedPtrField<v1::FieldSpec>& specs,
+    std::shared_ptr<const image::Transform> transform) {
+  if (specs.size() > kMaxFields) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        specs.size(), " fields requested, at most ", kMaxFields));
+  }
+  FieldLayout layout;
+  layout.image = -1;
+  std::set<std::string> names;
+  for (const v1::FieldSpec& given : specs) {
+    FieldLayout::Field field;
+    field.spec = given;
+    v1::FieldSpec& spec = field.spec;
+    const std::string where = absl::StrCat("field '", spec.name(), "'");
+    if (absl::Status s = NormalizeCommon(where, names, spec); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = PlaceByRole(where, transform, layout, field);
+        !s.ok()) {
+      return s;
+    }
+    field.extensions.assign(spec.extensions().begin(), spec.extensions().end());
+    layout.fields.push_back(std::move(field));
+  }
+  if (layout.image < 0) {
+    return absl::InvalidArgumentError(
+        "the fields name no image (at least one field has role image)");
+  }
+  SizeFixedFields(layout);
   return layout;
 }
 
@@ -193,84 +229,80 @@ int64_t FieldScratch::kept_bytes() const {
   return bytes;
 }
 
-FieldSampleResult RunFieldSample(const FieldLayout& layout,
-                                 const Dataset& dataset, int64_t sample,
-                                 uint64_t seed, int64_t epoch,
-                                 image::SampleProcessor& processor,
-                                 FieldScratch& scratch,
-                                 const FieldTargets& targets,
-                                 const RangeLookaside* lookaside) {
-  FieldSampleResult result;
-  const SampleRecord& record = dataset.record(sample);
-  const size_t n = layout.fields.size();
+namespace {
 
-  // Which member feeds each field; nothing is read before all are known.
-  std::vector<const MemberRef*> members(n, nullptr);
+// The member that feeds each field of one sample (null: missing, and the
+// field takes its empty value), and where each present one is read to.
+struct SampleMembers {
+  std::vector<const MemberRef*> of_field;
   std::vector<const MemberRef*> to_read;
   std::vector<std::string*> outs;
+};
+
+// Finds every field's member; nothing is read before all are known. A
+// failure is returned with `result->quiet_skip` set for a SKIP field.
+absl::Status FindMembers(const FieldLayout& layout, const SampleRecord& record,
+                         FieldScratch& scratch, SampleMembers* members,
+                         FieldSampleResult* result) {
+  const size_t n = layout.fields.size();
+  members->of_field.assign(n, nullptr);
   if (scratch.members.size() < n) scratch.members.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const v1::FieldSpec& spec = layout.fields[i].spec;
-    members[i] = record.FindMember(layout.fields[i].extensions);
-    if (members[i] == nullptr) {
+    const MemberRef* member = record.FindMember(layout.fields[i].extensions);
+    members->of_field[i] = member;
+    if (member == nullptr) {
       if (spec.missing() == v1::MISSING_POLICY_EMPTY) continue;
-      result.quiet_skip = spec.missing() == v1::MISSING_POLICY_SKIP;
-      result.status = absl::DataLossError(absl::StrCat(
+      result->quiet_skip = spec.missing() == v1::MISSING_POLICY_SKIP;
+      return absl::DataLossError(absl::StrCat(
           "no member for field '", spec.name(), "' (extension ",
           absl::StrJoin(spec.extensions(), " or "), ")"));
-      return result;
     }
-    if (members[i]->size > kMaxMemberBytes) {
-      result.status = absl::ResourceExhaustedError(absl::StrCat(
-          "member '", record.key, ".", members[i]->extension, "' is ",
-          members[i]->size, " bytes, over the limit of ", kMaxMemberBytes));
-      return result;
+    if (member->size > kMaxMemberBytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "member '", record.key, ".", member->extension, "' is ",
+          member->size, " bytes, over the limit of ", kMaxMemberBytes));
     }
-    to_read.push_back(members[i]);
-    outs.push_back(&scratch.members[i]);
+    members->to_read.push_back(member);
+    members->outs.push_back(&scratch.members[i]);
   }
-  const int64_t t0 = common::SteadyNowNs();
-  result.status = dataset.ReadMembers(sample, to_read, outs, lookaside);
-  result.read_ns = common::SteadyNowNs() - t0;
-  if (!result.status.ok()) return result;
+  return absl::OkStatus();
+}
 
-  // The image first: its plan drives the masks.
-  const std::string& image_bytes = scratch.members[layout.image];
-  // What the container claims; the bytes decide the decoder.
-  const std::string& ext = members[layout.image]->extension;
-  const bool is_jpeg = ext == "jpg" || ext == "jpeg";
-  absl::StatusOr<image::ImageInfo> info =
-      processor.ReadInfo(image_bytes, is_jpeg);
-  if (!info.ok()) {
-    result.status = info.status();
-    return result;
-  }
-  const uint64_t key = common::SampleKey(seed, epoch, sample);
+// Draws every image view's plan (into scratch.plans) and its destination.
+void PlanViews(const FieldLayout& layout, const image::ImageInfo& info,
+               uint64_t key, FieldScratch& scratch,
+               const FieldTargets& targets,
+               std::vector<const image::SamplePlan*>* plans,
+               std::vector<uint8_t*>* dsts) {
   scratch.plans.resize(layout.views);
-  std::vector<const image::SamplePlan*> plans;
-  std::vector<uint8_t*> dsts;
   for (const FieldLayout::Field& field : layout.fields) {
     if (field.spec.role() != v1::FIELD_ROLE_IMAGE) continue;
     const size_t view_bytes = field.sample_bytes / field.repeats;
     for (int r = 0; r < field.repeats; ++r) {
       image::SamplePlan& plan = scratch.plans[field.first_view + r];
-      plan = field.transform->Plan(info->width, info->height,
+      plan = field.transform->Plan(info.width, info.height,
                                    ViewKey(key, field.first_view + r));
-      plans.push_back(&plan);
-      dsts.push_back(targets.fixed[field.slot] + view_bytes * r);
+      plans->push_back(&plan);
+      dsts->push_back(targets.fixed[field.slot] + view_bytes * r);
     }
   }
-  // Masks first: they are warped in step with the image's first view.
-  std::vector<image::SampleProcessor::MaskJob> masks;
+}
+
+// Decodes the mask fields for warping with the image (a missing one is
+// filled with its fill value now).
+absl::Status DecodeMasks(const FieldLayout& layout,
+                         const SampleMembers& members, FieldScratch& scratch,
+                         const FieldTargets& targets,
+                         std::vector<image::SampleProcessor::MaskJob>* masks) {
   if (scratch.masks.size() < static_cast<size_t>(layout.fixed_count)) {
     scratch.masks.resize(layout.fixed_count);
   }
-  const int64_t t_masks = common::SteadyNowNs();
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < layout.fields.size(); ++i) {
     const FieldLayout::Field& field = layout.fields[i];
     if (field.spec.role() != v1::FIELD_ROLE_MASK) continue;
     uint8_t* dst = targets.fixed[field.slot];
-    if (members[i] == nullptr) {
+    if (members.of_field[i] == nullptr) {
       std::memset(dst, field.spec.fill(), field.sample_bytes);
       continue;
     }
@@ -279,42 +311,40 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
             image::DecodeMask(scratch.members[i], field.spec.channels(),
                               layout.max_image_pixels, &mask);
         !s.ok()) {
-      result.status = absl::Status(
-          s.code(), absl::StrCat("field '", field.spec.name(), "': ",
-                                 s.message()));
-      return result;
+      return absl::Status(s.code(), absl::StrCat("field '", field.spec.name(),
+                                                 "': ", s.message()));
     }
-    masks.push_back({&mask, static_cast<uint8_t>(field.spec.fill()), dst});
+    masks->push_back({&mask, static_cast<uint8_t>(field.spec.fill()), dst});
   }
-  const int64_t mask_decode_ns = common::SteadyNowNs() - t_masks;
-  result.status = processor.ProcessViews(image_bytes, is_jpeg, plans, dsts,
-                                         &result.timings, masks);
-  result.timings.decode_ns += mask_decode_ns;
-  if (!result.status.ok()) return result;
+  return absl::OkStatus();
+}
 
-  const int64_t t1 = common::SteadyNowNs();
-  for (size_t i = 0; i < n && result.status.ok(); ++i) {
+// Parses the class fields and passes the bytes fields through; stops at the
+// first failure.
+absl::Status WriteValueFields(const FieldLayout& layout,
+                              const SampleMembers& members,
+                              const FieldScratch& scratch,
+                              const FieldTargets& targets) {
+  for (size_t i = 0; i < layout.fields.size(); ++i) {
     const FieldLayout::Field& field = layout.fields[i];
     const v1::FieldSpec& spec = field.spec;
     const std::string& bytes = scratch.members[i];
-    const auto fail = [&](const absl::Status& s) {
-      return absl::Status(s.code(), absl::StrCat("field '", spec.name(),
-                                                 "': ", s.message()));
-    };
+    const bool missing = members.of_field[i] == nullptr;
     switch (spec.role()) {
       case v1::FIELD_ROLE_CLASS: {
         int32_t* dst = targets.classes[field.slot];
-        if (members[i] == nullptr) {
+        if (missing) {
           *dst = -1;
         } else if (!ParseLabel(bytes.data(), static_cast<int64_t>(bytes.size()),
                                dst)) {
-          result.status = fail(absl::DataLossError(
+          return absl::DataLossError(absl::StrCat(
+              "field '", spec.name(), "': ",
               "not a decimal integer in [0, 2^31) after trimming whitespace"));
         }
         break;
       }
       case v1::FIELD_ROLE_BYTES:
-        if (members[i] == nullptr) {
+        if (missing) {
           targets.bytes[field.slot]->clear();
         } else {
           targets.bytes[field.slot]->assign(bytes);
@@ -324,6 +354,57 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
         break;
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+FieldSampleResult RunFieldSample(const FieldLayout& layout,
+                                 const Dataset& dataset, int64_t sample,
+                                 uint64_t seed, int64_t epoch,
+                                 image::SampleProcessor& processor,
+                                 FieldScratch& scratch,
+                                 const FieldTargets& targets,
+                                 const RangeLookaside* lookaside) {
+  FieldSampleResult result;
+  const SampleRecord& record = dataset.record(sample);
+  SampleMembers members;
+  result.status = FindMembers(layout, record, scratch, &members, &result);
+  if (!result.status.ok()) return result;
+  const int64_t t0 = common::SteadyNowNs();
+  result.status =
+      dataset.ReadMembers(sample, members.to_read, members.outs, lookaside);
+  result.read_ns = common::SteadyNowNs() - t0;
+  if (!result.status.ok()) return result;
+
+  // The image first: its plan drives the masks.
+  const std::string& image_bytes = scratch.members[layout.image];
+  // What the container claims; the bytes decide the decoder.
+  const std::string& ext = members.of_field[layout.image]->extension;
+  const bool is_jpeg = ext == "jpg" || ext == "jpeg";
+  absl::StatusOr<image::ImageInfo> info =
+      processor.ReadInfo(image_bytes, is_jpeg);
+  if (!info.ok()) {
+    result.status = info.status();
+    return result;
+  }
+  std::vector<const image::SamplePlan*> plans;
+  std::vector<uint8_t*> dsts;
+  PlanViews(layout, *info, common::SampleKey(seed, epoch, sample), scratch,
+            targets, &plans, &dsts);
+  // Masks first: they are warped in step with the image's first view.
+  std::vector<image::SampleProcessor::MaskJob> masks;
+  const int64_t t_masks = common::SteadyNowNs();
+  result.status = DecodeMasks(layout, members, scratch, targets, &masks);
+  if (!result.status.ok()) return result;
+  const int64_t mask_decode_ns = common::SteadyNowNs() - t_masks;
+  result.status = processor.ProcessViews(image_bytes, is_jpeg, plans, dsts,
+                                         &result.timings, masks);
+  result.timings.decode_ns += mask_decode_ns;
+  if (!result.status.ok()) return result;
+
+  const int64_t t1 = common::SteadyNowNs();
+  result.status = WriteValueFields(layout, members, scratch, targets);
   result.timings.transform_ns += common::SteadyNowNs() - t1;
   return result;
 }

@@ -245,6 +245,179 @@ bool ParseContentRange(absl::string_view value, int64_t* first, int64_t* last) {
          absl::SimpleAtoi(value.substr(dash + 1, slash - dash - 1), last);
 }
 
+using http_internal::Request;
+
+// Empties the request's body before an attempt (a retry starts over).
+absl::Status ResetBody(Request& request) {
+  if (request.kind == Request::Kind::kGet) request.body->clear();
+  if (request.kind == Request::Kind::kDownload) {
+    if (::ftruncate(request.fd, 0) != 0 ||
+        ::lseek(request.fd, 0, SEEK_SET) != 0) {
+      return absl::ErrnoToStatus(errno, "cannot rewind the download file");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The options of every attempt: URL, callbacks into `attempt`, timeouts,
+// transfer settings. `error` (CURL_ERROR_SIZE bytes) gets curl's message.
+void SetTransferOptions(CURL* curl, const HttpOptions& options,
+                        Attempt* attempt, char* error) {
+  const Request& request = *attempt->request;
+  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &OnHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, attempt);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &OnBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, attempt);
+  curl_easy_setopt(
+      curl, CURLOPT_CONNECTTIMEOUT_MS,
+      static_cast<long>(absl::ToInt64Milliseconds(options.connect_timeout)));
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  curl_easy_setopt(
+      curl, CURLOPT_LOW_SPEED_TIME,
+      static_cast<long>(absl::ToInt64Seconds(options.stall_timeout)));
+  curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
+  // Large ranges arrive in fewer, larger reads and callbacks.
+  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L * 1024);
+  // No transparent decompression: byte ranges are of the stored object.
+  curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, nullptr);
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (!options.ca_file.empty()) {
+    curl_easy_setopt(curl, CURLOPT_CAINFO, options.ca_file.c_str());
+  }
+  if (request.kind == Request::Kind::kHead) {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  }
+}
+
+// What the request options point at; lives until the transfer is done. The
+// caller frees `list` (curl_slist_free_all).
+struct RequestHeaders {
+  std::string range;
+  std::string sigv4;
+  struct curl_slist* list = nullptr;
+};
+
+// The range, the precondition (If-Match or If-Unmodified-Since) and the
+// SigV4 signature with its headers.
+void SetRequestHeaders(CURL* curl, const Request& request,
+                       RequestHeaders* out) {
+  if (request.kind == Request::Kind::kRange) {
+    out->range =
+        absl::StrCat(request.offset, "-", request.offset + request.size - 1);
+    curl_easy_setopt(curl, CURLOPT_RANGE, out->range.c_str());
+  }
+  std::vector<std::string> header_lines;
+  if (!request.version.etag.empty()) {
+    header_lines.push_back(absl::StrCat("If-Match: ", request.version.etag));
+  } else if (!request.version.last_modified.empty()) {
+    header_lines.push_back(
+        absl::StrCat("If-Unmodified-Since: ", request.version.last_modified));
+  }
+  if (request.sign != nullptr) {
+    out->sigv4 = absl::StrCat("aws:amz:", request.sign->region, ":s3");
+    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, out->sigv4.c_str());
+    curl_easy_setopt(curl, CURLOPT_USERNAME, request.sign->access_key.c_str());
+    curl_easy_setopt(curl, CURLOPT_PASSWORD, request.sign->secret_key.c_str());
+    header_lines.push_back(
+        absl::StrCat("x-amz-content-sha256: ", kEmptyPayloadSha256));
+    if (!request.sign->session_token.empty()) {
+      header_lines.push_back(absl::StrCat("x-amz-security-token: ",
+                                          request.sign->session_token));
+    }
+  }
+  for (const std::string& line : header_lines) {
+    out->list = curl_slist_append(out->list, line.c_str());
+  }
+  if (out->list != nullptr) {
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, out->list);
+  }
+}
+
+// The transfer's outcome as a status: curl's error, a non-2xx answer, or a
+// body shorter than its Content-Length. Sets `*retryable` on failure.
+absl::Status CheckResponse(const Request& request, const Attempt& attempt,
+                           CURLcode code, long status, const char* error,
+                           bool* retryable) {
+  if (code != CURLE_OK) {
+    *retryable = RetryableCurlError(code);
+    return absl::UnavailableError(absl::StrCat(
+        "curl: ", error[0] != '\0' ? error : curl_easy_strerror(code),
+        status > 0 ? absl::StrCat(" (HTTP ", status, ")") : ""));
+  }
+  if (status >= 300 || status < 200) {
+    *retryable = RetryableHttpStatus(status);
+    const std::string why = SummarizeErrorBody(attempt.error_body);
+    std::string message =
+        absl::StrCat("HTTP ", status, why.empty() ? "" : " ", why);
+    if (status == 412) {
+      absl::StrAppend(&message,
+                      ": the object changed since it was indexed; restart "
+                      "the server to re-index");
+    }
+    return absl::Status(*retryable ? absl::StatusCode::kUnavailable
+                                   : CodeOfHttpStatus(status),
+                        message);
+  }
+  // A body shorter than announced is a connection cut short.
+  if (request.kind != Request::Kind::kHead && attempt.content_length >= 0 &&
+      attempt.received != attempt.content_length) {
+    *retryable = true;
+    return absl::UnavailableError(absl::StrCat(
+        "short body: ", attempt.received, " of ", attempt.content_length,
+        " bytes (HTTP ", status, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// After a 2xx answer: checks the body against what the request's kind asked
+// for and records its size. Sets `*retryable` on a short body.
+absl::Status CheckBody(Request& request, const Attempt& attempt, long status,
+                       bool* retryable) {
+  switch (request.kind) {
+    case Request::Kind::kRange: {
+      int64_t first = 0;
+      int64_t last = 0;
+      if (status == 206) {
+        if (!ParseContentRange(attempt.content_range, &first, &last) ||
+            first != request.offset ||
+            last != request.offset + request.size - 1) {
+          return absl::DataLossError(absl::StrCat(
+              "the server answered with another range: Content-Range '",
+              attempt.content_range, "'"));
+        }
+      } else if (request.offset != 0) {
+        return absl::DataLossError(absl::StrCat(
+            "the server ignored the Range header (HTTP ", status, ")"));
+      }
+      if (attempt.received != request.size) {
+        *retryable = true;
+        return absl::UnavailableError(absl::StrCat(
+            "short body: ", attempt.received, " of ", request.size, " bytes"));
+      }
+      break;
+    }
+    case Request::Kind::kDownload:
+      if (request.expected_size >= 0 &&
+          attempt.received != request.expected_size) {
+        *retryable = true;
+        return absl::UnavailableError(absl::StrCat(
+            "short body: ", attempt.received, " of ", request.expected_size,
+            " bytes"));
+      }
+      request.headers.size = attempt.received;
+      break;
+    case Request::Kind::kGet:
+      request.headers.size = attempt.received;
+      break;
+    case Request::Kind::kHead:
+      break;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpClient>> HttpClient::Create(
@@ -407,76 +580,19 @@ absl::Status HttpClient::RunOnce(Request& request, bool* retryable) const {
   curl_easy_reset(curl);
   Attempt attempt;
   attempt.request = &request;
-  if (request.kind == Request::Kind::kGet) request.body->clear();
-  if (request.kind == Request::Kind::kDownload) {
-    if (::ftruncate(request.fd, 0) != 0 || ::lseek(request.fd, 0, SEEK_SET) != 0) {
-      GiveHandle(std::move(handle));
-      return absl::ErrnoToStatus(errno, "cannot rewind the download file");
-    }
+  if (absl::Status s = ResetBody(request); !s.ok()) {
+    GiveHandle(std::move(handle));
+    return s;
   }
-
   char error[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &OnHeader);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &attempt);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &OnBody);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &attempt);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                   static_cast<long>(absl::ToInt64Seconds(options_.stall_timeout)));
-  curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
-  // Large ranges arrive in fewer, larger reads and callbacks.
-  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L * 1024);
-  // No transparent decompression: byte ranges are of the stored object.
-  curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, nullptr);
-  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (!options_.ca_file.empty()) {
-    curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());
-  }
-  if (request.kind == Request::Kind::kHead) {
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-  }
-  std::string range;
-  if (request.kind == Request::Kind::kRange) {
-    range = absl::StrCat(request.offset, "-", request.offset + request.size - 1);
-    curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
-  }
-
-  struct curl_slist* headers = nullptr;
-  std::vector<std::string> header_lines;
-  if (!request.version.etag.empty()) {
-    header_lines.push_back(absl::StrCat("If-Match: ", request.version.etag));
-  } else if (!request.version.last_modified.empty()) {
-    header_lines.push_back(
-        absl::StrCat("If-Unmodified-Since: ", request.version.last_modified));
-  }
-  std::string sigv4;
-  std::string user;
-  if (request.sign != nullptr) {
-    sigv4 = absl::StrCat("aws:amz:", request.sign->region, ":s3");
-    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4.c_str());
-    curl_easy_setopt(curl, CURLOPT_USERNAME, request.sign->access_key.c_str());
-    curl_easy_setopt(curl, CURLOPT_PASSWORD, request.sign->secret_key.c_str());
-    header_lines.push_back(
-        absl::StrCat("x-amz-content-sha256: ", kEmptyPayloadSha256));
-    if (!request.sign->session_token.empty()) {
-      header_lines.push_back(absl::StrCat("x-amz-security-token: ",
-                                          request.sign->session_token));
-    }
-  }
-  for (const std::string& line : header_lines) {
-    headers = curl_slist_append(headers, line.c_str());
-  }
-  if (headers != nullptr) curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  SetTransferOptions(curl, options_, &attempt, error);
+  RequestHeaders headers;
+  SetRequestHeaders(curl, request, &headers);
 
   const CURLcode code = curl_easy_perform(curl);
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers);
+  curl_slist_free_all(headers.list);
   GiveHandle(std::move(handle));
   bytes_.fetch_add(attempt.received, std::memory_order_relaxed);
   request.headers = attempt.headers;
@@ -485,72 +601,12 @@ absl::Status HttpClient::RunOnce(Request& request, bool* retryable) const {
   }
 
   if (!attempt.refused.ok()) return attempt.refused;
-  if (code != CURLE_OK) {
-    *retryable = RetryableCurlError(code);
-    return absl::UnavailableError(absl::StrCat(
-        "curl: ", error[0] != '\0' ? error : curl_easy_strerror(code),
-        status > 0 ? absl::StrCat(" (HTTP ", status, ")") : ""));
+  if (absl::Status s =
+          CheckResponse(request, attempt, code, status, error, retryable);
+      !s.ok()) {
+    return s;
   }
-  if (status >= 300 || status < 200) {
-    *retryable = RetryableHttpStatus(status);
-    const std::string why = SummarizeErrorBody(attempt.error_body);
-    std::string message = absl::StrCat("HTTP ", status, why.empty() ? "" : " ", why);
-    if (status == 412) {
-      absl::StrAppend(&message,
-                      ": the object changed since it was indexed; restart "
-                      "the server to re-index");
-    }
-    return absl::Status(*retryable ? absl::StatusCode::kUnavailable
-                                   : CodeOfHttpStatus(status),
-                        message);
-  }
-  // A body shorter than announced is a connection cut short.
-  if (request.kind != Request::Kind::kHead && attempt.content_length >= 0 &&
-      attempt.received != attempt.content_length) {
-    *retryable = true;
-    return absl::UnavailableError(absl::StrCat(
-        "short body: ", attempt.received, " of ", attempt.content_length,
-        " bytes (HTTP ", status, ")"));
-  }
-  switch (request.kind) {
-    case Request::Kind::kRange: {
-      int64_t first = 0;
-      int64_t last = 0;
-      if (status == 206) {
-        if (!ParseContentRange(attempt.content_range, &first, &last) ||
-            first != request.offset ||
-            last != request.offset + request.size - 1) {
-          return absl::DataLossError(absl::StrCat(
-              "the server answered with another range: Content-Range '",
-              attempt.content_range, "'"));
-        }
-      } else if (request.offset != 0) {
-        return absl::DataLossError(absl::StrCat(
-            "the server ignored the Range header (HTTP ", status, ")"));
-      }
-      if (attempt.received != request.size) {
-        *retryable = true;
-        return absl::UnavailableError(absl::StrCat(
-            "short body: ", attempt.received, " of ", request.size, " bytes"));
-      }
-      break;
-    }
-    case Request::Kind::kDownload:
-      if (request.expected_size >= 0 && attempt.received != request.expected_size) {
-        *retryable = true;
-        return absl::UnavailableError(absl::StrCat(
-            "short body: ", attempt.received, " of ", request.expected_size,
-            " bytes"));
-      }
-      request.headers.size = attempt.received;
-      break;
-    case Request::Kind::kGet:
-      request.headers.size = attempt.received;
-      break;
-    case Request::Kind::kHead:
-      break;
-  }
-  return absl::OkStatus();
+  return CheckBody(request, attempt, status, retryable);
 }
 
 }  // namespace stoker::storage
