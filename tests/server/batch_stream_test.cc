@@ -25,6 +25,7 @@
 #include "server/dataset.h"
 #include "server/memory_budget.h"
 #include "server/worker_pool.h"
+#include "tests/testing/sample_dataset.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/sample_shards.h"
 
@@ -136,19 +137,13 @@ std::vector<TakenBatch> TakeBatches(BatchStream& stream, Wakeups& wakeups,
 class BatchStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    shards_.dir = stoker::testing::TempDirForCurrentTest() + "/shards";
-    shards_.num_shards = kShards;
-    shards_.samples_per_shard = kSamplesPerShard;
-    shards_.min_side = 16;
-    shards_.max_side = 48;
-    shards_.seed = 7;
+    shards_ = stoker::testing::SmallShards(kShards, kSamplesPerShard, 7);
+    shards_.dir += "/shards";
     shards_.png_fraction = 0;  // JPEG only
-    ASSERT_TRUE(tools::WriteSampleShards(shards_).ok());
     absl::StatusOr<std::unique_ptr<Dataset>> dataset =
-        Dataset::Open("ds", shards_.dir + "/*.tar");
+        stoker::testing::WriteAndOpenDataset(shards_);
     ASSERT_TRUE(dataset.ok()) << dataset.status();
     dataset_ = *std::move(dataset);
-    ASSERT_EQ(dataset_->sample_count(), kShards * kSamplesPerShard);
 
     common::EpochPlanParams params;
     params.num_samples = dataset_->sample_count();

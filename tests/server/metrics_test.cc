@@ -39,7 +39,7 @@
 #include "server/data_service.h"
 #include "server/dataset.h"
 #include "server/metrics_exporter.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/sample_dataset.h"
 #include "tools/sample_shards.h"
 
 namespace stoker::server {
@@ -218,15 +218,11 @@ Exposition Parse(const std::string& text) {
 class MetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    tools::SampleShardsOptions shards;
-    shards.dir = testing::TempDir("metrics");
-    shards.num_shards = 2;
-    shards.samples_per_shard = 4;
+    tools::SampleShardsOptions shards = testing::SmallShards(2, 4, 1);
     shards.min_side = 32;
     shards.max_side = 64;
-    ASSERT_TRUE(tools::WriteSampleShards(shards).ok());
-    absl::StatusOr<std::unique_ptr<Dataset>> dataset = Dataset::Open(
-        "train", absl::StrCat(shards.dir, "/", shards.prefix, "-*.tar"));
+    absl::StatusOr<std::unique_ptr<Dataset>> dataset =
+        testing::WriteAndOpenDataset(shards, "train");
     ASSERT_TRUE(dataset.ok()) << dataset.status();
     std::vector<std::unique_ptr<Dataset>> datasets;
     datasets.push_back(*std::move(dataset));

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "server/dataset.h"
 #include "server/memory_budget.h"
+#include "tests/testing/sample_dataset.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/sample_shards.h"
 
@@ -28,19 +29,11 @@ constexpr int kSamplesPerShard = 4;
 class RawSampleCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    tools::SampleShardsOptions options;
-    options.dir = stoker::testing::TempDirForCurrentTest();
-    options.num_shards = kShards;
-    options.samples_per_shard = kSamplesPerShard;
-    options.min_side = 16;
-    options.max_side = 48;
-    options.seed = 11;
-    ASSERT_TRUE(tools::WriteSampleShards(options).ok());
     absl::StatusOr<std::unique_ptr<Dataset>> dataset =
-        Dataset::Open("ds", options.dir + "/*.tar");
+        stoker::testing::WriteAndOpenDataset(
+            stoker::testing::SmallShards(kShards, kSamplesPerShard, 11));
     ASSERT_TRUE(dataset.ok()) << dataset.status();
     dataset_ = *std::move(dataset);
-    ASSERT_EQ(dataset_->sample_count(), kShards * kSamplesPerShard);
   }
 
   // The image member of global sample `sample`, read through `cache`.

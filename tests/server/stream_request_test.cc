@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "image/ops/transform.h"
 #include "server/dataset.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/sample_dataset.h"
 #include "tools/sample_shards.h"
 
 namespace stoker::server {
@@ -23,17 +23,9 @@ using ::testing::HasSubstr;
 class StreamRequestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = stoker::testing::TempDirForCurrentTest();
-    tools::SampleShardsOptions shards;
-    shards.dir = absl::StrCat(dir, "/shards");
-    shards.num_shards = 2;
-    shards.samples_per_shard = 5;
-    shards.min_side = 16;
-    shards.max_side = 32;
-    shards.seed = 3;
-    ASSERT_TRUE(tools::WriteSampleShards(shards).ok());
     absl::StatusOr<std::unique_ptr<Dataset>> dataset =
-        Dataset::Open("train", absl::StrCat(shards.dir, "/*.tar"));
+        stoker::testing::WriteAndOpenDataset(
+            stoker::testing::SmallShards(2, 5, 3), "train");
     ASSERT_TRUE(dataset.ok()) << dataset.status();
     dataset_ = *std::move(dataset);
   }
