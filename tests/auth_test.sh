@@ -78,28 +78,48 @@ kill "$pid"
 # Per-job stream limit: while one job holds its only stream, its second
 # fetch is refused (and retries, as for any busy server) and another job is
 # served; in the end every fetch gets its whole epoch.
-# The slow job's epoch (1280 images of 150 KB in one stream) is more than
-# gRPC's flow-control windows hold, so its stream stays open while it
-# consumes a batch every 300 ms.
+# The slow job asks for one 50 MB batch (64 crops of 512x512) per stream
+# and takes one every 300 ms; frozen (SIGSTOP) while a stream of it is open,
+# it holds that stream (the batch is more than gRPC's flow-control windows
+# and the socket buffers hold) until it is thawed.
 "$shards_bin" --out_dir="$tmp/big" --num_shards=1 --samples_per_shard=1280 \
   --min_side=64 --max_side=96 >/dev/null
 launch_server "$tmp/limit.log" --port=0 --threads=2 \
   "--dataset=train=$tmp/big/*.tar" --auth_tokens_file="$tmp/tokens" \
-  --max_streams_per_job=1
+  --max_streams_per_job=1 --log_level=debug
 server="127.0.0.1:$port"
 big=(--dataset=train --batch_size=64 --epochs=1 --streams_per_server=1
      --prefetch=1 --batches_per_request=20 --stall_timeout_s=60
      --unavailable_deadline_s=60)
 "$fetch_bin" --servers="$server" "${big[@]}" --token_file="$tmp/a.token" \
-  --step_ms=300 --keys_out="$tmp/slow.keys" >"$tmp/slow.out" 2>&1 &
+  --transform='RandomResizedCrop(512)' --step_ms=300 \
+  >"$tmp/slow.out" 2>&1 &
 slow=$!
-# The slow job's one stream is open (it has delivered a batch).
-wait_for_lines "$tmp/slow.keys" 1 "$slow"
+pids+=("$slow")  # killed on exit, stopped or not
+# Streams the server started and has not finished (its debug lines).
+open_streams() {
+  local started finished
+  started=$(grep -c "stream from .*: dataset train" "$tmp/limit.log" || true)
+  finished=$(grep -c "stream from .* done:" "$tmp/limit.log" || true)
+  echo $((started - finished))
+}
+frozen=""
+for _ in $(seq 1 400); do
+  kill -STOP "$slow"
+  if [ "$(open_streams)" -eq 1 ]; then
+    frozen=yes
+    break
+  fi
+  kill -CONT "$slow"
+  kill -0 "$slow" 2>/dev/null || fail "the slow job ended: $(cat "$tmp/slow.out")"
+  sleep 0.05
+done
+[ -n "$frozen" ] || fail "the slow job never had a stream open: $(cat "$tmp/limit.log")"
 "$fetch_bin" --servers="$server" "${big[@]}" --token_file="$tmp/a.token" \
   >"$tmp/second.out" 2>&1 &
 second=$!
 refused=""
-for _ in $(seq 1 100); do
+for _ in $(seq 1 1200); do
   if grep -qF "job 'resnet' has 1 streams open" "$tmp/limit.log"; then
     refused=yes
     break
@@ -113,6 +133,7 @@ STOKER_TOKEN="$token_c" "$fetch_bin" --servers="$server" "${big[@]}" \
   || fail "another job was not served while resnet was at its limit"
 kill -0 "$slow" 2>/dev/null \
   || fail "the slow job ended before the other job was served"
+kill -CONT "$slow"
 wait "$slow" || fail "the slow job failed: $(cat "$tmp/slow.out")"
 wait "$second" || fail "the second fetch failed: $(cat "$tmp/second.out")"
 grep -q "images=1280 " "$tmp/slow.out" || fail "the slow job lost samples"
