@@ -299,9 +299,12 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
 }
 
 void DeviceLoader::Stop() {
-  absl::MutexLock stop_lock(&stop_mu_);
-  if (stopped_) return;
-  stopped_ = true;
+  // The first call stops; later ones wait until it has. No lock is held
+  // while the source is cancelled (its streams) and the thread joined.
+  if (stopped_.exchange(true)) {
+    stop_done_.WaitForNotification();
+    return;
+  }
   BatchSource* source;
   {
     absl::MutexLock lock(&mu_);
@@ -319,6 +322,7 @@ void DeviceLoader::Stop() {
   }
   dropped.clear();
   if (stream_ != nullptr) CudaStreamSynchronize(stream_).IgnoreError();
+  stop_done_.Notify();
 }
 
 void DeviceLoader::Run() {

@@ -71,6 +71,7 @@
 // thread-safe, but handles may be released (destroyed) on any thread.
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -85,6 +86,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "client/batch_ops.h"
 #include "client/batch_source.h"
 #include "client/convert.h"
@@ -404,9 +406,10 @@ class DeviceLoader {
   const CudaStream stream_;
   void* const staging_;
 
-  // Serializes Stop() calls; Stop() takes mu_ under it.
-  absl::Mutex stop_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
+  // Stop(): the first call stops (with no lock held while it cancels the
+  // source and joins the thread); later calls wait for stop_done_.
+  std::atomic<bool> stopped_{false};
+  absl::Notification stop_done_;
 
   absl::Mutex mu_;
   BatchSource* source_ ABSL_GUARDED_BY(mu_) = nullptr;

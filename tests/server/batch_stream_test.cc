@@ -179,7 +179,7 @@ class BatchStreamTest : public ::testing::Test {
     if (pool_ != nullptr) pool_->Stop();
   }
 
-  BatchStreamSetup Setup(int64_t start, int64_t end) const {
+  BatchStreamSetup RangeSetup(int64_t start, int64_t end) const {
     BatchStreamSetup setup;
     setup.dataset = dataset_.get();
     setup.pool = pool_.get();
@@ -276,7 +276,7 @@ class BatchStreamTest : public ::testing::Test {
 TEST_F(BatchStreamTest, YieldsExactlyTheRangesBatchesInOrderThenSummaryThenEnd) {
   auto wakeups = std::make_shared<Wakeups>();
   std::shared_ptr<BatchStream> stream =
-      BatchStream::Start(Setup(1, 5), Inflight(2), CountInto(wakeups));
+      BatchStream::Start(RangeSetup(1, 5), Inflight(2), CountInto(wakeups));
   BatchStream::Polled last;
   const std::vector<TakenBatch> batches = TakeBatches(*stream, *wakeups, &last);
 
@@ -309,9 +309,9 @@ TEST_F(BatchStreamTest, TwoStreamsOverOneRangeYieldTheSamePixels) {
   // work differs, the bytes must not.
   auto wakeups = std::make_shared<Wakeups>();
   std::shared_ptr<BatchStream> first =
-      BatchStream::Start(Setup(0, 5), Inflight(1), CountInto(wakeups));
+      BatchStream::Start(RangeSetup(0, 5), Inflight(1), CountInto(wakeups));
   std::shared_ptr<BatchStream> second =
-      BatchStream::Start(Setup(0, 5), Inflight(3), CountInto(wakeups));
+      BatchStream::Start(RangeSetup(0, 5), Inflight(3), CountInto(wakeups));
   BatchStream::Polled first_last;
   BatchStream::Polled second_last;
   const std::vector<TakenBatch> a = TakeBatches(*first, *wakeups, &first_last);
@@ -333,7 +333,7 @@ TEST_F(BatchStreamTest, TwoStreamsOverOneRangeYieldTheSamePixels) {
 TEST_F(BatchStreamTest, DrainFinishesTheBatchesBeingAssembledThenEndsUnavailable) {
   auto wakeups = std::make_shared<Wakeups>();
   std::shared_ptr<BatchStream> stream =
-      BatchStream::Start(Setup(0, 5), Inflight(2), CountInto(wakeups));
+      BatchStream::Start(RangeSetup(0, 5), Inflight(2), CountInto(wakeups));
   // Taking batch 0 schedules batch 2: batches 1 and 2 are in flight.
   BatchStream::Polled first = PollNext(*stream, *wakeups);
   ASSERT_EQ(first.kind, Kind::kBatch);
@@ -361,7 +361,7 @@ TEST_F(BatchStreamTest, DrainWithdrawsAWaitingMemoryRequest) {
   batch_budget_ = MemoryBudget::Create(kFullBatchBytes);  // one batch
   auto wakeups = std::make_shared<Wakeups>();
   std::shared_ptr<BatchStream> stream =
-      BatchStream::Start(Setup(0, 5), Inflight(2), CountInto(wakeups));
+      BatchStream::Start(RangeSetup(0, 5), Inflight(2), CountInto(wakeups));
   ASSERT_EQ(batch_budget_->stats().waiting, 1);  // batch 1 waits for memory
   stream->Drain();
   EXPECT_EQ(batch_budget_->stats().waiting, 0);
@@ -379,7 +379,7 @@ TEST_F(BatchStreamTest, DrainWithdrawsAWaitingMemoryRequest) {
 TEST_F(BatchStreamTest, CancelEndsTheStreamAndLeavesNoWorkOrMemoryBehind) {
   auto wakeups = std::make_shared<Wakeups>();
   std::shared_ptr<BatchStream> stream =
-      BatchStream::Start(Setup(0, 5), Inflight(2), CountInto(wakeups));
+      BatchStream::Start(RangeSetup(0, 5), Inflight(2), CountInto(wakeups));
   std::weak_ptr<BatchStream> weak = stream;
   // Taking batch 0 schedules batch 2: samples are queued when we cancel.
   BatchStream::Polled first = PollNext(*stream, *wakeups);
@@ -404,7 +404,7 @@ TEST_F(BatchStreamTest, CancelWithdrawsAWaitingMemoryRequest) {
   batch_budget_ = MemoryBudget::Create(kFullBatchBytes);  // one batch
   auto wakeups = std::make_shared<Wakeups>();
   std::shared_ptr<BatchStream> stream =
-      BatchStream::Start(Setup(0, 5), Inflight(2), CountInto(wakeups));
+      BatchStream::Start(RangeSetup(0, 5), Inflight(2), CountInto(wakeups));
   std::weak_ptr<BatchStream> weak = stream;
   ASSERT_EQ(batch_budget_->stats().waiting, 1);
   stream->Cancel();
@@ -417,7 +417,7 @@ TEST_F(BatchStreamTest, CancelWithdrawsAWaitingMemoryRequest) {
 }
 
 TEST_F(BatchStreamTest, ReplayRepeatsTheFirstBatchUnderEachBatchsOwnIndices) {
-  BatchStreamSetup setup = Setup(1, 5);
+  BatchStreamSetup setup = RangeSetup(1, 5);
   setup.replay = true;
   auto wakeups = std::make_shared<Wakeups>();
   std::shared_ptr<BatchStream> stream =
@@ -462,7 +462,7 @@ TEST_F(BatchStreamTest, ASecondBatchWaitsUntilTheFirstBatchsMemoryIsReleased) {
   batch_budget_ = MemoryBudget::Create(kFullBatchBytes);  // one batch
   auto wakeups = std::make_shared<Wakeups>();
   std::shared_ptr<BatchStream> stream =
-      BatchStream::Start(Setup(0, 3), Inflight(2), CountInto(wakeups));
+      BatchStream::Start(RangeSetup(0, 3), Inflight(2), CountInto(wakeups));
   // Batch 0 got its bytes; batch 1 asked for its own and waits.
   EXPECT_EQ(batch_budget_->stats().used, kFullBatchBytes);
   EXPECT_EQ(batch_budget_->stats().waiting, 1);
@@ -498,9 +498,9 @@ TEST_F(BatchStreamTest, AStreamNobodyPollsDoesNotStopAnotherOnTheSameWorker) {
   auto idle_wakeups = std::make_shared<Wakeups>();
   auto busy_wakeups = std::make_shared<Wakeups>();
   std::shared_ptr<BatchStream> idle =
-      BatchStream::Start(Setup(0, 5), Inflight(2), CountInto(idle_wakeups));
+      BatchStream::Start(RangeSetup(0, 5), Inflight(2), CountInto(idle_wakeups));
   std::shared_ptr<BatchStream> busy =
-      BatchStream::Start(Setup(0, 5), Inflight(2), CountInto(busy_wakeups));
+      BatchStream::Start(RangeSetup(0, 5), Inflight(2), CountInto(busy_wakeups));
 
   // `idle` fills its two slots and stops; `busy` gets the worker for the
   // whole range.
@@ -554,7 +554,7 @@ class BatchStreamBadSampleTest : public BatchStreamTest {
   }
 
   BatchStreamSetup BadSetup() const {
-    BatchStreamSetup setup = Setup(0, 1);
+    BatchStreamSetup setup = RangeSetup(0, 1);
     setup.dataset = bad_.get();
     setup.plan = *bad_plan_;
     return setup;
