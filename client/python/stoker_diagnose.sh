@@ -13,4 +13,8 @@ else
   root="$(cd "$(dirname "$here")/../.." && pwd)"
 fi
 export PYTHONPATH="$root/client/python${PYTHONPATH:+:$PYTHONPATH}"
-exec /usr/bin/python3 -B -m stoker.diagnose "$@"
+# Through main(), not `-m stoker.diagnose`: the package imports the module
+# first, and runpy then warns that it was already imported.
+exec /usr/bin/python3 -B -c 'import sys
+from stoker.diagnose import main
+sys.exit(main(sys.argv[1:]))' "$@"
