@@ -26,7 +26,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import IO, Callable, Dict, List, Optional, Sequence, Union
+from typing import IO, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["ServerProcess", "ServerStartError", "read_port_file"]
 
@@ -62,8 +62,7 @@ class ServerProcess:
 
     argv: the command (its --port_file is added here; do not pass one).
     log_path: where its stdout and stderr go (default: a file in the
-      private temporary folder, removed by stop()/kill() unless
-      keep_log=True).
+      private temporary folder, removed by stop()/kill()).
     cpus: CPU numbers to pin it to (sched_setaffinity), or None.
     env: its environment (default: this process's).
     host: the address clients use to reach it (for `address`).
@@ -74,12 +73,10 @@ class ServerProcess:
     def __init__(self, argv: Sequence[str], *, log_path: Optional[str] = None,
                  cpus: Optional[Sequence[int]] = None,
                  env: Optional[Dict[str, str]] = None,
-                 host: str = "127.0.0.1", timeout_s: float = 120.0,
-                 keep_log: bool = False) -> None:
+                 host: str = "127.0.0.1", timeout_s: float = 120.0) -> None:
         self._dir: Optional[str] = tempfile.mkdtemp(prefix="stoker-launch-")
         self.port_file = os.path.join(self._dir, "ports")
         self.log_path = log_path or os.path.join(self._dir, "server.log")
-        self._keep_log = keep_log or log_path is not None
         self.argv: List[str] = list(argv) + [f"--port_file={self.port_file}"]
         self._log: Optional[IO[str]] = open(self.log_path, "w")
         preexec: Optional[Callable[[], None]] = None
@@ -125,13 +122,6 @@ class ServerProcess:
         text = self.log_text()
         return text[-_LOG_TAIL_BYTES:]
 
-    def running(self) -> bool:
-        return self.process.poll() is None
-
-    def send_signal(self, sig: Union[int, signal.Signals]) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-
     def stop(self, timeout_s: float = 30.0) -> Optional[int]:
         """SIGTERM (the server drains, then exits); SIGKILL after
         `timeout_s`. Returns the exit status."""
@@ -158,18 +148,6 @@ class ServerProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
-        if self._dir is None:
-            return
-        if self._keep_log and os.path.dirname(self.log_path) == self._dir:
-            # The log stays (with the folder); the port file goes.
-            if os.path.exists(self.port_file):
-                os.remove(self.port_file)
-        else:
+        if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
-        self._dir = None
-
-    def __enter__(self) -> "ServerProcess":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+            self._dir = None
