@@ -23,6 +23,7 @@
 #include "client/cursor.h"
 #include "client/field_spec.h"
 #include "client/loader.h"
+#include "client/local_servers.h"
 #include "client/server_list.h"
 #include "common/command_line.h"
 #include "image/ops/transform.h"
@@ -30,7 +31,21 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, servers, "",
-          "Comma-separated host:port and/or dns:///name:port.");
+          "Comma-separated host:port, dns:///name:port and/or local (servers "
+          "started on this host; see --local_shards). Default: local when "
+          "--local_shards is set.");
+ABSL_FLAG(std::string, local_shards, "",
+          "The shards local servers serve as --dataset: a path pattern such "
+          "as '/data/train-*.tar', a brace range or an http(s):// or s3:// "
+          "URL.");
+ABSL_FLAG(int, local_cores, 0,
+          "CPUs for local servers: the N highest-numbered this process may "
+          "use; 0 = all but one.");
+ABSL_FLAG(int, local_servers, 1,
+          "Local server processes sharing those CPUs.");
+ABSL_FLAG(std::string, server_binary, "",
+          "The stoker_server program for local servers; default "
+          "$STOKER_SERVER, next to this program, or on PATH.");
 ABSL_FLAG(std::string, dataset, "", "Dataset name on the servers.");
 ABSL_FLAG(int, batch_size, 256, "Samples per batch.");
 ABSL_FLAG(int, epochs, 1, "Epochs to stream.");
@@ -108,8 +123,22 @@ using stoker::client::LoaderOptions;
 
 absl::StatusOr<LoaderOptions> ReadOptions() {
   LoaderOptions options;
+  std::string server_list = absl::GetFlag(FLAGS_servers);
+  options.local.shards = absl::GetFlag(FLAGS_local_shards);
+  if (server_list.empty() && !options.local.shards.empty()) {
+    server_list = "local";
+  }
+  absl::StatusOr<std::vector<int>> cpus =
+      stoker::client::ChooseLocalCpus(absl::GetFlag(FLAGS_local_cores));
+  if (!cpus.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--local_cores: ", cpus.status().message()));
+  }
+  options.local.cpus = *std::move(cpus);
+  options.local.count = absl::GetFlag(FLAGS_local_servers);
+  options.local.binary = absl::GetFlag(FLAGS_server_binary);
   absl::StatusOr<std::vector<stoker::client::ServerSpec>> servers =
-      stoker::client::ParseServerList(absl::GetFlag(FLAGS_servers));
+      stoker::client::ParseServerList(server_list);
   if (!servers.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--servers: ", servers.status().message()));

@@ -122,14 +122,50 @@ PlanIdentity IdentityOf(const LoaderOptions& options,
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<LocalServers>> StartLocalServers(
+    LoaderOptions* options) {
+  auto local = std::find_if(
+      options->servers.begin(), options->servers.end(),
+      [](const ServerSpec& s) { return s.kind == ServerSpec::Kind::kLocal; });
+  if (local == options->servers.end()) {
+    return std::unique_ptr<LocalServers>();
+  }
+  if (options->tls.enabled()) {
+    return absl::InvalidArgumentError(
+        "local servers listen on loopback without TLS; TLS options apply to "
+        "every server of a loader, so use them without 'local'");
+  }
+  options->servers.erase(local);
+  LocalServerOptions local_options = options->local;
+  local_options.dataset = options->dataset;
+  if (local_options.shards.empty()) {
+    return absl::InvalidArgumentError(
+        "the servers include 'local' but no shards are given for it: name "
+        "the dataset's shard files (a pattern such as /data/train-*.tar)");
+  }
+  absl::StatusOr<std::unique_ptr<LocalServers>> started =
+      LocalServers::Start(local_options);
+  if (!started.ok()) return started.status();
+  for (const std::string& address : (*started)->addresses()) {
+    absl::StatusOr<std::vector<ServerSpec>> spec = ParseServerList(address);
+    if (!spec.ok()) return spec.status();
+    options->servers.push_back(spec->front());
+  }
+  return started;
+}
+
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(
     const LoaderOptions& options) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<ConnectionSet>> connections =
       ConnectionSet::Create(options.tls, options.max_message_bytes);
   if (!connections.ok()) return connections.status();
+  LoaderOptions resolved = options;
+  absl::StatusOr<std::unique_ptr<LocalServers>> local =
+      StartLocalServers(&resolved);
+  if (!local.ok()) return local.status();
   std::unique_ptr<Loader> loader(
-      new Loader(options, *std::move(connections)));
+      new Loader(resolved, *std::move(connections), *std::move(local)));
   if (absl::Status s = loader->Init(); !s.ok()) return s;
   return loader;
 }
@@ -146,8 +182,10 @@ std::string Loader::TlsHint() const {
 }
 
 Loader::Loader(const LoaderOptions& options,
-               std::unique_ptr<ConnectionSet> connections)
-    : options_(options),
+               std::unique_ptr<ConnectionSet> connections,
+               std::unique_ptr<LocalServers> local_servers)
+    : local_servers_(std::move(local_servers)),
+      options_(options),
       allocator_(options.allocator != nullptr ? options.allocator
                                                : &heap_allocator_),
       connections_(std::move(connections)),

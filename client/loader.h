@@ -50,6 +50,7 @@
 #include "client/cursor.h"
 #include "client/endpoint_set.h"
 #include "client/host_batch.h"
+#include "client/local_servers.h"
 #include "client/position.h"
 #include "client/range_schedule.h"
 #include "client/report_window.h"
@@ -62,9 +63,14 @@
 namespace stoker::client {
 
 struct LoaderOptions {
-  // Servers: "host:port" and/or "dns:///name:port" (see server_list.h).
-  // Required.
+  // Servers: "host:port", "dns:///name:port" and/or "local" (see
+  // server_list.h). Required.
   std::vector<ServerSpec> servers;
+  // With "local" among the servers: the servers the loader starts on this
+  // host (client/local_servers.h); `local.shards` is required, and
+  // `local.dataset` is `dataset`. Their plan, and so every batch, is the
+  // same as remote servers give.
+  LocalServerOptions local;
   // Dataset name on the servers. Required.
   std::string dataset;
   // Transform pipeline (see image/ops/transform.h). Required.
@@ -157,6 +163,15 @@ struct LoaderStats {
 // otherwise.
 absl::StatusOr<v1::CacheMode> ParseCacheMode(absl::string_view text);
 
+// Starts the local servers `options` names ("local" among its servers) and
+// puts their addresses in its place; returns them (null without "local").
+// Loader::Create calls it; an owner that creates several loaders in turn
+// (client/python/pipeline.h) calls it once first, so the servers outlive
+// each loader. Errors as LocalServers::Start, and INVALID_ARGUMENT without
+// shards or with TLS (local servers listen on loopback in plaintext).
+absl::StatusOr<std::unique_ptr<LocalServers>> StartLocalServers(
+    LoaderOptions* options);
+
 class ConnectionSet;  // client/connection_set.h (gRPC)
 
 class Loader : public BatchSource {
@@ -198,7 +213,8 @@ class Loader : public BatchSource {
   enum class Turn { kStop, kVerify, kFetch };
 
   Loader(const LoaderOptions& options,
-         std::unique_ptr<ConnectionSet> connections);
+         std::unique_ptr<ConnectionSet> connections,
+         std::unique_ptr<LocalServers> local_servers);
   absl::Status Init();
   // Init's steps: resolves options_.servers and adds their endpoints
   // (returns the last resolution error, OK if none); asks them for the
@@ -282,6 +298,10 @@ class Loader : public BatchSource {
   // out). No other two of these locks, the parts' included, are ever held
   // at once, and no Loader lock is held while calling into a part.
 
+  // The servers this loader started ("local"); null if none. Stopped when
+  // the loader is destroyed, after its threads are joined.
+  const std::unique_ptr<LocalServers> local_servers_;
+  // As given, with "local" replaced by the local servers' addresses.
   const LoaderOptions options_;
   HeapPixelAllocator heap_allocator_;
   PixelAllocator* const allocator_;

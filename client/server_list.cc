@@ -59,6 +59,7 @@ absl::StatusOr<ServerSpec> ParseHostPort(absl::string_view entry,
 }  // namespace
 
 std::string ServerSpec::ToString() const {
+  if (kind == Kind::kLocal) return "local";
   std::string hp = HostPort(host, port);
   return kind == Kind::kDns ? absl::StrCat("dns:///", hp) : hp;
 }
@@ -71,6 +72,17 @@ absl::StatusOr<std::vector<ServerSpec>> ParseServerList(absl::string_view text) 
       return absl::InvalidArgumentError(
           absl::StrCat("server list '", text, "' has an empty entry"));
     }
+    if (entry == "local") {
+      if (std::any_of(specs.begin(), specs.end(), [](const ServerSpec& s) {
+            return s.kind == ServerSpec::Kind::kLocal;
+          })) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "server list '", text, "' names 'local' twice (the number of "
+            "local servers is an option of its own)"));
+      }
+      specs.push_back(ServerSpec{.kind = ServerSpec::Kind::kLocal});
+      continue;
+    }
     ServerSpec::Kind kind = ServerSpec::Kind::kStatic;
     absl::string_view rest = entry;
     if (absl::ConsumePrefix(&rest, "dns:///")) {
@@ -78,7 +90,7 @@ absl::StatusOr<std::vector<ServerSpec>> ParseServerList(absl::string_view text) 
     } else if (absl::StrContains(entry, "://")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "server '", entry,
-          "': only host:port and dns:///name:port are supported"));
+          "': only host:port, dns:///name:port and local are supported"));
     }
     absl::StatusOr<ServerSpec> spec = ParseHostPort(rest, entry);
     if (!spec.ok()) return spec.status();
@@ -92,6 +104,11 @@ absl::StatusOr<std::vector<ServerSpec>> ParseServerList(absl::string_view text) 
 }
 
 absl::StatusOr<std::vector<std::string>> Resolve(const ServerSpec& spec) {
+  if (spec.kind == ServerSpec::Kind::kLocal) {
+    return absl::FailedPreconditionError(
+        "'local' names servers this host starts (client/local_servers.h); "
+        "it has no address to resolve");
+  }
   if (spec.kind == ServerSpec::Kind::kStatic) {
     return std::vector<std::string>{HostPort(spec.host, spec.port)};
   }

@@ -2,9 +2,10 @@
 #define STOKER_CLIENT_SERVER_LIST_H_
 
 // Parsing and resolving the --servers list: comma-separated entries, each
-// "host:port" (used as is) or "dns:///name:port" (re-resolved periodically;
+// "host:port" (used as is), "dns:///name:port" (re-resolved periodically;
 // every address the name has is one server, which is what a Kubernetes
-// headless Service gives).
+// headless Service gives) or "local" (servers the loader starts on this
+// host, see client/local_servers.h; at most once).
 
 #include <string>
 #include <vector>
@@ -15,12 +16,12 @@
 namespace stoker::client {
 
 struct ServerSpec {
-  enum class Kind { kStatic, kDns };
+  enum class Kind { kStatic, kDns, kLocal };
   Kind kind = Kind::kStatic;
   std::string host;  // host name or address (IPv6 without brackets)
   int port = 0;
 
-  // "host:port", "[v6]:port" or "dns:///name:port".
+  // "host:port", "[v6]:port", "dns:///name:port" or "local".
   std::string ToString() const;
 };
 
@@ -31,7 +32,8 @@ absl::StatusOr<std::vector<ServerSpec>> ParseServerList(absl::string_view text);
 
 // The addresses ("ip:port" / "[v6]:port") a DNS spec resolves to now,
 // sorted and deduplicated. A static spec yields itself. UNAVAILABLE if the
-// name does not resolve.
+// name does not resolve; FAILED_PRECONDITION for "local" (the loader
+// replaces it by its local servers' addresses first).
 absl::StatusOr<std::vector<std::string>> Resolve(const ServerSpec& spec);
 
 }  // namespace stoker::client

@@ -26,11 +26,13 @@
 #include "absl/strings/str_join.h"
 #include "common/atomic_file.h"
 #include "common/command_line.h"
+#include "common/cpu_list.h"
 #include "server/data_service.h"
 #include "server/dataset.h"
 #include "image/image_probe.h"
 #include "image/ops/plugin.h"
 #include "server/metrics_exporter.h"
+#include "server/parent_link.h"
 #include "server/server.h"
 #include "server/storage/disk_cache.h"
 #include "server/storage/object_store.h"
@@ -133,6 +135,15 @@ ABSL_FLAG(std::string, port_file, "",
           "port listens: lines port=P, and health_port=H and metrics_port=M "
           "when those ports are on. For launchers that start the server on "
           "port 0: wait for the file instead of reading the log.");
+ABSL_FLAG(std::string, cpus, "",
+          "If set, a CPU list such as 0-3,6: the server runs only on those "
+          "CPUs (sched_setaffinity), and --threads=0 means one worker per "
+          "CPU in it.");
+ABSL_FLAG(int, control_fd, -1,
+          "For a parent that starts the server as its local server "
+          "(client/local_servers.h): an inherited socket. The port lines of "
+          "--port_file are written to it once every port listens, and the "
+          "server exits at once when it is closed (the parent is gone).");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -305,7 +316,10 @@ absl::Status ReadCapacity(Config* config) {
     return absl::InvalidArgumentError("--threads must be >= 0");
   }
   if (threads == 0) {
-    threads = std::max(1u, std::thread::hardware_concurrency());
+    // The CPUs this process may use (after --cpus, or taskset's).
+    absl::StatusOr<std::vector<int>> cpus = stoker::common::AllowedCpus();
+    threads = cpus.ok() ? std::max<int>(1, static_cast<int>(cpus->size()))
+                        : std::max(1u, std::thread::hardware_concurrency());
   }
   config->service.worker_threads = threads;
   config->service.max_streams = absl::GetFlag(FLAGS_max_streams);
@@ -438,8 +452,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Dataset>>> OpenDatasets(
 }
 
 // --port_file: the ports, written once every one of them listens.
-absl::Status WritePortFile(const std::string& path, const StokerServer& server,
-                           const stoker::server::MetricsExporter* metrics) {
+std::string PortLines(const StokerServer& server,
+                      const stoker::server::MetricsExporter* metrics) {
   std::string ports = absl::StrCat("port=", server.port(), "\n");
   if (server.health_port() != 0) {
     absl::StrAppend(&ports, "health_port=", server.health_port(), "\n");
@@ -447,7 +461,7 @@ absl::Status WritePortFile(const std::string& path, const StokerServer& server,
   if (metrics != nullptr) {
     absl::StrAppend(&ports, "metrics_port=", metrics->port(), "\n");
   }
-  return stoker::common::WriteFileAtomically(path, ports);
+  return ports;
 }
 
 // Serves until the server stops. SIGTERM/SIGINT drain (a second one stops
@@ -515,6 +529,14 @@ int main(int argc, char** argv) {
   for (const std::string& p : absl::GetFlag(FLAGS_plugin)) {
     plugins.push_back(p);
   }
+  if (const std::string cpus = absl::GetFlag(FLAGS_cpus); !cpus.empty()) {
+    absl::StatusOr<std::vector<int>> list = stoker::common::ParseCpuList(cpus);
+    absl::Status pinned =
+        list.ok() ? stoker::common::PinProcess(*list) : list.status();
+    if (!pinned.ok()) return BadFlag("--cpus: ", pinned);
+  }
+  const int control_fd = absl::GetFlag(FLAGS_control_fd);
+  if (control_fd >= 0) stoker::server::ExitWhenParentCloses(control_fd);
   absl::StatusOr<Config> config = ReadConfig(datasets);
   if (!config.ok()) return BadFlag("", config.status());
   spdlog::set_level(config->log_level);
@@ -589,11 +611,22 @@ int main(int argc, char** argv) {
     spdlog::info("health checks (plaintext) on port {}",
                  (*server)->health_port());
   }
+  const std::string ports = PortLines(**server, metrics.get());
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file);
       !port_file.empty()) {
-    if (absl::Status s = WritePortFile(port_file, **server, metrics.get());
+    if (absl::Status s =
+            stoker::common::WriteFileAtomically(port_file, ports);
         !s.ok()) {
       spdlog::error("--port_file: {}", s.ToString());
+      (*server)->Shutdown();
+      (*server)->Wait();
+      return 2;
+    }
+  }
+  if (control_fd >= 0) {
+    if (absl::Status s = stoker::server::SendToParent(control_fd, ports);
+        !s.ok()) {
+      spdlog::error("{}", s.ToString());
       (*server)->Shutdown();
       (*server)->Wait();
       return 2;

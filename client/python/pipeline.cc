@@ -112,7 +112,12 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
   // The batch ops are keyed by the plan's seed and this rank.
   resolved.device.batch_ops.seed = resolved.loader.seed;
   resolved.device.batch_ops.rank = resolved.loader.rank;
-  std::unique_ptr<Pipeline> pipeline(new Pipeline(resolved));
+  // After every check above, so bad options start no process.
+  absl::StatusOr<std::unique_ptr<LocalServers>> local =
+      StartLocalServers(&resolved.loader);
+  if (!local.ok()) return local.status();
+  std::unique_ptr<Pipeline> pipeline(
+      new Pipeline(resolved, *std::move(local)));
   if (absl::Status s = pipeline->Build(); !s.ok()) return s;
   {
     absl::MutexLock lock(&pipeline->mu_);
@@ -125,7 +130,9 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
   return pipeline;
 }
 
-Pipeline::Pipeline(const PipelineOptions& options) : options_(options) {}
+Pipeline::Pipeline(const PipelineOptions& options,
+                   std::unique_ptr<LocalServers> local_servers)
+    : local_servers_(std::move(local_servers)), options_(options) {}
 
 Pipeline::~Pipeline() {
   {

@@ -145,13 +145,18 @@ class Pipeline {
   // a rebuild before the next epoch (error, Abandon, epoch not finished).
   enum class Phase { kFresh, kRunning, kEnded, kBroken };
 
-  explicit Pipeline(const PipelineOptions& options);
+  Pipeline(const PipelineOptions& options,
+           std::unique_ptr<LocalServers> local_servers);
   // Creates loader_ and device_; the phase becomes kFresh.
   absl::Status Build() ABSL_LOCKS_EXCLUDED(mu_);
   // Stops and frees loader_ and device_ (if any); the phase becomes kBroken.
   void Teardown() ABSL_LOCKS_EXCLUDED(mu_);
   void WaiterLoop();
 
+  // The servers "local" started (null if none): started once by Create,
+  // so every loader Build makes uses them; stopped last.
+  const std::unique_ptr<LocalServers> local_servers_;
+  // As given, with "local" replaced by the local servers' addresses.
   const PipelineOptions options_;
   // Set by Create, constant afterwards.
   int64_t num_batches_ = 0;

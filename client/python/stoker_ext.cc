@@ -33,6 +33,7 @@
 #include "client/device_loader.h"
 #include "client/field_spec.h"
 #include "client/host_replay.h"
+#include "client/local_servers.h"
 #include "client/python/pipeline.h"
 #include "client/server_list.h"
 #include "client/staged_batch.h"
@@ -257,6 +258,14 @@ Cursor ParseCursorOrThrow(const std::string& text) {
 struct Settings {
   std::string servers;
   std::string dataset;
+  // "local" among the servers (client/local_servers.h): the shards, the
+  // CPUs (empty: local_cores of them, see ChooseLocalCpus), the number of
+  // server processes and the program (empty: FindServerBinary()).
+  std::string local_shards;
+  int local_cores = 0;
+  std::vector<int> local_cpus;
+  int local_servers = 1;
+  std::string server_binary;
   int batch_size = 256;
   std::string transform;
   // The text form of client/field_spec.h; empty: a classic request.
@@ -328,6 +337,17 @@ Configured ToOptions(const Settings& s) {
     ThrowInvalid(absl::StrCat("servers: ", servers.status().message()));
   }
   l.servers = *std::move(servers);
+  l.local.shards = s.local_shards;
+  l.local.cpus = s.local_cpus;
+  if (l.local.cpus.empty()) {
+    absl::StatusOr<std::vector<int>> cpus = ChooseLocalCpus(s.local_cores);
+    if (!cpus.ok()) ThrowStatus(cpus.status());
+    l.local.cpus = *std::move(cpus);
+  } else {
+    std::sort(l.local.cpus.begin(), l.local.cpus.end());
+  }
+  l.local.count = s.local_servers;
+  l.local.binary = s.server_binary;
   if (s.dataset.empty()) ThrowInvalid("dataset must be a non-empty name");
   l.dataset = s.dataset;
   absl::StatusOr<v1::TransformPipeline> transform =
@@ -718,6 +738,11 @@ PYBIND11_MODULE(_stoker, m) {
       .def(py::init<>())
       .def_readwrite("servers", &Settings::servers)
       .def_readwrite("dataset", &Settings::dataset)
+      .def_readwrite("local_shards", &Settings::local_shards)
+      .def_readwrite("local_cores", &Settings::local_cores)
+      .def_readwrite("local_cpus", &Settings::local_cpus)
+      .def_readwrite("local_servers", &Settings::local_servers)
+      .def_readwrite("server_binary", &Settings::server_binary)
       .def_readwrite("batch_size", &Settings::batch_size)
       .def_readwrite("transform", &Settings::transform)
       .def_readwrite("fields", &Settings::fields)

@@ -196,6 +196,23 @@ TEST_F(ServerListTest, ResolvesNumericAddresses) {
   EXPECT_THAT(*addresses, ElementsAre("[::1]:5"));
 }
 
+TEST_F(ServerListTest, LocalIsAnEntryOfItsOwnAndHasNoAddress) {
+  absl::StatusOr<std::vector<ServerSpec>> specs =
+      ParseServerList("local, dns:///stoker.svc:50051");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 2u);
+  EXPECT_EQ((*specs)[0].kind, ServerSpec::Kind::kLocal);
+  EXPECT_EQ((*specs)[0].ToString(), "local");
+  EXPECT_EQ((*specs)[1].ToString(), "dns:///stoker.svc:50051");
+  EXPECT_EQ(Resolve((*specs)[0]).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  absl::StatusOr<std::vector<ServerSpec>> twice =
+      ParseServerList("local,local");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(twice.status().message(), HasSubstr("twice"));
+}
+
 TEST_F(ServerListTest, UnresolvableNameIsUnavailable) {
   ServerSpec spec;
   spec.kind = ServerSpec::Kind::kDns;

@@ -75,6 +75,11 @@ class Settings:
     # and accept any sequence of the right length.
     servers: str
     dataset: str
+    local_shards: str
+    local_cores: int
+    local_cpus: list[int]
+    local_servers: int
+    server_binary: str
     batch_size: int
     transform: str
     fields: str

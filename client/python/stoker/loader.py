@@ -79,6 +79,63 @@ def _servers_arg(servers: object) -> str:
     return text
 
 
+def _server_binary() -> str:
+    """stoker_server beside this package (a wheel's stoker/bin, or the Bazel
+    layout bazel-bin/client/python/stoker -> bazel-bin/server), or "" to let
+    the loader look at $STOKER_SERVER and PATH."""
+    if os.environ.get("STOKER_SERVER"):
+        return ""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "bin", "stoker_server"),
+                      os.path.join(here, "..", "..", "..", "server",
+                                   "stoker_server")):
+        if os.access(candidate, os.X_OK):
+            return os.path.normpath(candidate)
+    return ""
+
+
+def _local_args(settings: _stoker.Settings, shards: object,
+                local_cores: object, local_servers: object,
+                server_binary: object) -> None:
+    local = "local" in [s.strip() for s in settings.servers.split(",")]
+    if not local:
+        if shards is not None:
+            raise _invalid("shards are for local servers: add 'local' to "
+                           "servers, or leave servers out")
+        return
+    if shards is None:
+        raise _invalid("servers include 'local' but no shards are given: "
+                       "name the shard files, e.g. "
+                       "shards='/data/train-*.tar'")
+    if not isinstance(shards, (str, os.PathLike)) or not os.fspath(shards):
+        raise _invalid(f"shards must be a path pattern or URL, got "
+                       f"{shards!r}")
+    settings.local_shards = str(os.fspath(shards))
+    allowed = sorted(os.sched_getaffinity(0))
+    if local_cores is None:
+        settings.local_cores = 0
+    elif isinstance(local_cores, int) and not isinstance(local_cores, bool):
+        settings.local_cores = _int_arg("local_cores", local_cores, 1,
+                                        len(allowed))
+    elif (isinstance(local_cores, (list, tuple, range)) and local_cores
+          and all(isinstance(c, int) for c in local_cores)):
+        missing = sorted(set(local_cores) - set(allowed))
+        if missing:
+            raise _invalid(f"local_cores {missing} are not CPUs this process "
+                           f"may use ({allowed})")
+        settings.local_cpus = sorted(set(local_cores))
+    else:
+        raise _invalid(f"local_cores must be a number of CPUs, a list of CPU "
+                       f"numbers or None, got {local_cores!r}")
+    settings.local_servers = _int_arg("local_servers", local_servers, 1)
+    if server_binary is None:
+        settings.server_binary = _server_binary()
+    elif isinstance(server_binary, (str, os.PathLike)):
+        settings.server_binary = str(os.fspath(server_binary))
+    else:
+        raise _invalid(f"server_binary must be a path, got {server_binary!r}")
+
+
 def _device_arg(device: object) -> str:
     if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -326,12 +383,39 @@ class Loader:
     iteration contact the servers and are not interruptible, bounded by
     unavailable_timeout.)
 
+    Local servers: with ``shards`` (and no ``servers``, or "local" among
+    them) the loader starts stoker_server processes on this host itself,
+    pinned to ``local_cores`` CPUs, and stops them when it is closed or
+    garbage-collected; if this process dies, even by SIGKILL, they exit
+    with it. ``Loader(dataset="train", shards="/data/train-*.tar")`` needs
+    nothing started by hand; ``Loader("dns:///stoker.data.svc:50051",
+    "train")`` is the same job on a cluster, and
+    ``Loader(["local", "dns:///stoker.data.svc:50051"], "train",
+    shards=...)`` both at once (hybrid: every server pulls ranges, so idle
+    cores here and the cluster share the epoch). Batches are bit-identical
+    whichever servers make them.
+
     Args:
       servers: "host:port", "dns:///name:port" (every address of the name is
-        a server, re-resolved periodically), a comma-separated list of those
-        (as stoker_fetch --servers) or a Python list of them.
+        a server, re-resolved periodically), "local" (servers this loader
+        starts, see shards), a comma-separated list of those (as
+        stoker_fetch --servers) or a Python list of them. Default: "local"
+        when shards are given.
       dataset: the dataset name the servers were started with
-        (--dataset=NAME=GLOB).
+        (--dataset=NAME=GLOB); for local servers, the name they serve the
+        shards under (the same name as on remote servers for a hybrid).
+      shards: for local servers, the dataset's shards as stoker_server
+        --dataset takes them: a path pattern ("/data/train-*.tar"), a brace
+        range or an http(s):// or s3:// URL.
+      local_cores: the CPUs local servers run on: a number N (the N
+        highest-numbered CPUs this process may use, os.sched_getaffinity),
+        a list of CPU numbers, or None (default: all of them but the
+        lowest, which stays the trainer's; the only one on a 1-CPU
+        machine).
+      local_servers: local server processes sharing those CPUs (default 1;
+        more give each other a failover).
+      server_binary: the stoker_server program for local servers; default
+        $STOKER_SERVER, the one installed with this package, or PATH.
       batch_size: samples per batch.
       transform: the augmentation pipeline in torchvision syntax, steps
         separated by '|': RandomResizedCrop, RandomHorizontalFlip, Resize,
@@ -461,8 +545,9 @@ class Loader:
     and stats() as for corrupt ones.
     """
 
-    def __init__(self, servers: str | list[str] | tuple[str, ...],
-                 dataset: str, batch_size: int = 256,
+    def __init__(self,
+                 servers: str | list[str] | tuple[str, ...] | None = None,
+                 dataset: str | None = None, batch_size: int = 256,
                  transform: str = ("RandomResizedCrop(224)|"
                                    "RandomHorizontalFlip()"),
                  *,
@@ -492,10 +577,24 @@ class Loader:
                  mix_prob: float = 1.0, switch_prob: float = 0.5,
                  label_smoothing: float = 0.0,
                  num_classes: int | None = None, fields: str | None = None,
-                 fields_as_tuple: bool = False) -> None:
+                 fields_as_tuple: bool = False,
+                 shards: str | os.PathLike[str] | None = None,
+                 local_cores: int | Sequence[int] | None = None,
+                 local_servers: int = 1,
+                 server_binary: str | os.PathLike[str] | None = None) -> None:
         self._pipeline: _stoker.Pipeline | None = None
         settings = _stoker.Settings()
+        if servers is None:
+            if shards is None:
+                raise _invalid("give servers (host:port, dns:///name:port), "
+                               "or shards for local servers")
+            servers = "local"
         settings.servers = _servers_arg(servers)
+        _local_args(settings, shards, local_cores, local_servers,
+                    server_binary)
+        if dataset is None:
+            raise _invalid("dataset is required: the dataset's name on the "
+                           "servers (for local servers, any name)")
         if not isinstance(dataset, str) or not dataset:
             raise _invalid(f"dataset must be a non-empty str, got {dataset!r}")
         settings.dataset = dataset
