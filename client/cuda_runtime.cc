@@ -82,6 +82,15 @@ void CudaFree(void* ptr) {
   if (ptr != nullptr) cudaFree(ptr);
 }
 
+absl::Status CudaHostRegister(void* ptr, size_t bytes) {
+  return CudaStatus(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable),
+                    absl::StrCat("cudaHostRegister(", bytes, ")"));
+}
+
+void CudaHostUnregister(void* ptr) {
+  if (ptr != nullptr) cudaHostUnregister(ptr);
+}
+
 absl::StatusOr<void*> CudaHostAlloc(size_t bytes) {
   void* ptr = nullptr;
   absl::Status s =

@@ -77,6 +77,12 @@ absl::StatusOr<void*> CudaHostAlloc(size_t bytes);
 // cudaFreeHost; null is a no-op.
 void CudaFreeHost(void* ptr);
 
+// Page-locks existing host memory (cudaHostRegister, portable), e.g. a
+// shared-memory region (client/batch_region.h), so device copies read it
+// directly; CudaHostUnregister undoes it.
+absl::Status CudaHostRegister(void* ptr, size_t bytes);
+void CudaHostUnregister(void* ptr);
+
 // A stream created with cudaStreamNonBlocking: it does not synchronize with
 // the legacy default stream; order against it only with events.
 absl::StatusOr<CudaStream> CudaStreamCreate();

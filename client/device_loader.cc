@@ -70,6 +70,7 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
     other.fields_.clear();
     ready_event_ = std::exchange(other.ready_event_, nullptr);
     consumer_ = std::exchange(other.consumer_, std::nullopt);
+    held_pixels_ = std::move(other.held_pixels_);
   }
   return *this;
 }
@@ -123,6 +124,7 @@ void DeviceBatch::ReleaseOn(std::optional<CudaStream> consumer) {
   erase_boxes_ = nullptr;
   fields_.clear();
   ready_event_ = nullptr;
+  held_pixels_ = PixelBuffer();
   consumer_.reset();
 }
 
@@ -408,6 +410,9 @@ struct DeviceLoader::Conversion {
   size_t boxes = 0;
   size_t soft = 0;
   bool apply = false;
+  // Set by Convert: the DeviceBatch points at the received pixels instead
+  // of a copy in its slot (the CPU, with nothing to convert).
+  bool view = false;
 };
 
 absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
@@ -420,6 +425,12 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Convert(HostBatch& host) {
   // From here on the handle owns the slot: an early return releases it.
   DeviceBatch batch = NewBatch(*acquired, *std::move(ops));
   if (absl::Status s = ReserveSlot(conv, batch); !s.ok()) return s;
+  // On the CPU a batch that needs no conversion (uint8 NHWC, classic, no
+  // batch ops here) is not copied: the DeviceBatch keeps the received
+  // pixels (a shared-memory slot or a pinned slot) and points at them.
+  conv.view = options_.device == DeviceKind::kCpu && conv.classic &&
+              !conv.apply && options_.convert.dtype == DType::kUint8 &&
+              (options_.convert.layout == Layout::kNHWC || host.channels == 1);
   const absl::Status filled = options_.device == DeviceKind::kCpu
                                   ? FillOnHost(host, conv, batch)
                                   : EnqueueOnDevice(host, conv, batch);
@@ -500,10 +511,12 @@ absl::Status DeviceLoader::FillOnHost(const HostBatch& host,
                                       const Conversion& conv,
                                       DeviceBatch& batch) {
   internal::OutputPool::Slot& slot = outputs_->slot(batch.slot_);
-  if (absl::Status s = ConvertOnHost(host.pixels.data(), conv.shape,
-                                     options_.convert, slot.data);
-      !s.ok()) {
-    return s;
+  if (!conv.view) {
+    if (absl::Status s = ConvertOnHost(host.pixels.data(), conv.shape,
+                                       options_.convert, slot.data);
+        !s.ok()) {
+      return s;
+    }
   }
   if (conv.classic) {
     for (size_t i = 0; i < conv.n; ++i) slot.labels[i] = host.labels[i];
@@ -658,6 +671,10 @@ void DeviceLoader::Finish(HostBatch& host, const Conversion& conv,
                           DeviceBatch& batch) {
   const internal::OutputPool::Slot& slot = outputs_->slot(batch.slot_);
   batch.data_ = slot.data;
+  if (conv.view) {
+    batch.held_pixels_ = std::move(host.pixels);
+    batch.data_ = batch.held_pixels_.data();
+  }
   batch.labels_ =
       conv.classic || conv.fields.class_fields > 0 ? slot.labels : nullptr;
   batch.erase_boxes_ = conv.boxes > 0 ? slot.boxes : nullptr;

@@ -276,6 +276,9 @@ class DeviceBatch {
   CudaEvent ready_event_ = nullptr;
   // Stream of the last WaitOn.
   std::optional<CudaStream> consumer_;
+  // The received pixels data_ points at, when they needed no conversion on
+  // the CPU (else empty: data_ is the slot's).
+  PixelBuffer held_pixels_;
 };
 
 class DeviceLoader {

@@ -3,6 +3,8 @@
 
 #include <sys/stat.h>
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -43,6 +45,9 @@ ABSL_FLAG(int, local_cores, 0,
           "use; 0 = all but one.");
 ABSL_FLAG(int, local_servers, 1,
           "Local server processes sharing those CPUs.");
+ABSL_FLAG(bool, shared_memory, true,
+          "Offer servers on this host shared memory for the batches (no "
+          "socket copy); see LoaderOptions::shared_memory.");
 ABSL_FLAG(std::string, server_binary, "",
           "The stoker_server program for local servers; default "
           "$STOKER_SERVER, next to this program, or on PATH.");
@@ -137,6 +142,7 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
   options.local.cpus = *std::move(cpus);
   options.local.count = absl::GetFlag(FLAGS_local_servers);
   options.local.binary = absl::GetFlag(FLAGS_server_binary);
+  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   absl::StatusOr<std::vector<stoker::client::ServerSpec>> servers =
       stoker::client::ParseServerList(server_list);
   if (!servers.ok()) {
@@ -337,15 +343,22 @@ void PrintTotals(const Loader& loader, const Sinks& sinks, int64_t images,
   std::printf(
       "stages: server_read_s=%.3f server_decode_s=%.3f "
       "server_transform_s=%.3f client_wait_s=%.3f stream_failures=%lld "
-      "reissued_batches=%lld\n",
+      "reissued_batches=%lld shared_memory_batches=%lld\n",
       stats.server_read_ns * 1e-9, stats.server_decode_ns * 1e-9,
       stats.server_transform_ns * 1e-9,
       absl::ToDoubleSeconds(stats.consumer_wait),
       static_cast<long long>(stats.stream_failures),
-      static_cast<long long>(stats.reissued_batches));
+      static_cast<long long>(stats.reissued_batches),
+      static_cast<long long>(stats.shared_memory_batches));
   if (absl::GetFlag(FLAGS_checksum)) {
     std::printf("checksum=%s\n", sinks.checksum.Hex().c_str());
   }
+  // This process's own CPU time (local servers are other processes).
+  rusage self;
+  getrusage(RUSAGE_SELF, &self);
+  std::printf("client_cpu_s=%.3f\n",
+              self.ru_utime.tv_sec + self.ru_utime.tv_usec * 1e-6 +
+                  self.ru_stime.tv_sec + self.ru_stime.tv_usec * 1e-6);
   std::printf("images=%lld batches=%lld bytes=%lld seconds=%.3f "
               "images_per_s=%.1f\n",
               static_cast<long long>(images), static_cast<long long>(batches),

@@ -143,6 +143,9 @@ struct HostBatch {
   std::vector<FieldBatch> fields;
   // Which server sent it ("host:port").
   std::string server;
+  // The pixels are a view of a shared-memory slot the server wrote into
+  // (client/batch_region.h), not a received copy.
+  bool shared_memory = false;
 
   size_t pixel_bytes() const {
     return static_cast<size_t>(n) * height * width * channels;

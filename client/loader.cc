@@ -8,6 +8,7 @@
 
 #include "absl/base/call_once.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/connection_set.h"
 #include "client/plan_id.h"
@@ -118,6 +119,17 @@ PlanIdentity IdentityOf(const LoaderOptions& options,
   plan.shuffle_window = options.shuffle_window;
   plan.drop_last = options.drop_last;
   return plan;
+}
+
+// Batches a consumer typically holds (converting or converted ahead), for
+// sizing shared-memory regions.
+constexpr int kConsumerHeldBatches = 4;
+
+// Servers at these addresses share this host.
+bool IsLoopback(absl::string_view address) {
+  return absl::StartsWith(address, "127.") ||
+         absl::StartsWith(address, "[::1]:") ||
+         absl::StartsWith(address, "localhost:");
 }
 
 }  // namespace
@@ -344,6 +356,14 @@ absl::Status Loader::SetPlan(const v1::GetDatasetInfoResponse& reference) {
   if (!plan.ok()) return plan.status();
   num_batches_ = plan->num_batches();
   plan_id_ = ComputePlanId(IdentityOf(options_, fingerprint_));
+  if (options_.shared_memory && options_.fields.empty()) {
+    absl::StatusOr<std::pair<int, int>> size =
+        image::OutputSize(options_.transform, image::kClientTransformChecks);
+    if (size.ok()) {
+      shared_slot_bytes_ = static_cast<size_t>(options_.batch_size) *
+                           size->first * size->second * 3;
+    }
+  }
 
   absl::MutexLock lock(&delivery_mu_);
   schedule_ = std::make_unique<RangeSchedule>(
@@ -458,6 +478,8 @@ v1::ClientReport Loader::TakeReport() {
 }
 
 void Loader::FetchLoop(int endpoint) {
+  SharedPath shared;
+  shared.offer = shared_slot_bytes_ > 0 && IsLoopback(EndpointAddress(endpoint));
   while (true) {
     switch (AwaitTurn(endpoint)) {
       case Turn::kStop:
@@ -471,7 +493,8 @@ void Loader::FetchLoop(int endpoint) {
     const std::optional<Lease> lease = AwaitLease();
     if (!lease) continue;
     absl::Status status;
-    const int64_t first_missing = RunRange(endpoint, *lease, &status);
+    const int64_t first_missing =
+        RunRange(endpoint, *lease, &shared, &status);
     FinishRange(endpoint, *lease, first_missing, std::move(status));
   }
 }
@@ -591,7 +614,33 @@ void Loader::FinishRange(int endpoint, const Lease& lease,
   ++stats_.stream_failures;
 }
 
-int64_t Loader::RunRange(int endpoint, const Lease& lease,
+std::vector<int> Loader::AcquireSlots(SharedPath* shared, int n) {
+  if (!shared->offer || shared_failed_.load()) return {};
+  if (shared->region == nullptr || shared->region->retired()) {
+    // Room for this thread's request, the whole prefetch window and a few
+    // batches the consumer holds, so a request rarely waits for a slot.
+    // Pages are only touched by the slots in use (the lowest free ones).
+    absl::StatusOr<std::shared_ptr<BatchRegion>> region = BatchRegion::Create(
+        options_.batches_per_request + options_.prefetch_batches +
+            kConsumerHeldBatches,
+        shared_slot_bytes_, options_.region_hook);
+    if (!region.ok()) {
+      if (!shared_failed_.exchange(true)) {
+        spdlog::warn("no shared memory for batches ({}): they come through "
+                     "the socket", region.status().ToString());
+      }
+      return {};
+    }
+    shared->region = *std::move(region);
+  }
+  // Not long: a region full of batches the consumer has not reached yet
+  // must not hold up a request that could go through the socket.
+  std::optional<std::vector<int>> slots =
+      shared->region->Acquire(n, absl::Milliseconds(100));
+  return slots.has_value() ? *std::move(slots) : std::vector<int>();
+}
+
+int64_t Loader::RunRange(int endpoint, const Lease& lease, SharedPath* shared,
                          absl::Status* status) {
   grpc::ClientContext context;
   AddToken(options_, &context);
@@ -605,12 +654,21 @@ int64_t Loader::RunRange(int endpoint, const Lease& lease,
       lease.generation, absl::Now(), [&context] { context.TryCancel(); });
   v1::StreamBatchesRequest request = MakeRequest(epoch, lease);
   *request.mutable_client_report() = TakeReport();
+  SharedSlots slots;
+  slots.indices = AcquireSlots(shared, static_cast<int>(lease.end - lease.begin));
+  if (!slots.indices.empty()) {
+    slots.region = shared->region.get();
+    slots.first_batch = lease.begin;
+    slots.received.assign(slots.indices.size(), false);
+    *request.mutable_shared_memory() = slots.region->Describe(slots.indices);
+  }
   StreamReader reader(connections_->channel(endpoint), &context, request);
   int64_t next = lease.begin;
   absl::Status local;  // our own decode/protocol errors
   while (reader.Read()) {
     streams_.SetBlockedOnAllocator(watched, true, absl::Now());
-    absl::StatusOr<std::optional<HostBatch>> decoded = reader.Decode(allocator_);
+    absl::StatusOr<std::optional<HostBatch>> decoded =
+        reader.Decode(allocator_, slots.region != nullptr ? &slots : nullptr);
     streams_.SetBlockedOnAllocator(watched, false, absl::Now());
     if (!local.ok()) continue;  // drain until Read() returns false
     if (!decoded.ok()) {
@@ -624,6 +682,17 @@ int64_t Loader::RunRange(int endpoint, const Lease& lease,
     if (!local.ok()) context.TryCancel();
   }
   absl::Status finish = reader.Finish();
+  if (!reader.shared_refused().empty()) {
+    shared->offer = false;
+    if (std::optional<std::string> line = warnings_.Next(
+            absl::StrCat("shared memory ", address), "refused",
+            absl::StrCat("server ", address, " is on this host but sends "
+                         "batches through the socket: ",
+                         reader.shared_refused()))) {
+      spdlog::warn("{}", *line);
+    }
+  }
+  FinishSlots(slots, !reader.shared_refused().empty(), shared);
   const bool stalled = streams_.Remove(watched);
   if (stalled) {
     absl::MutexLock lock(&stats_mu_);
@@ -643,6 +712,23 @@ int64_t Loader::RunRange(int endpoint, const Lease& lease,
     *status = absl::UnavailableError("stream ended without a summary");
   }
   return next;
+}
+
+void Loader::FinishSlots(const SharedSlots& slots, bool refused,
+                         SharedPath* shared) {
+  if (slots.region == nullptr) return;
+  std::vector<int> unfilled;
+  for (size_t i = 0; i < slots.indices.size(); ++i) {
+    if (!slots.received[i]) unfilled.push_back(slots.indices[i]);
+  }
+  if (unfilled.empty()) return;
+  if (refused) {
+    slots.region->Release(unfilled);  // the server never wrote into them
+    return;
+  }
+  // The server's workers may still be writing into them.
+  slots.region->Retire();
+  shared->region.reset();
 }
 
 absl::Status Loader::Accept(int endpoint, const std::string& address,
@@ -666,6 +752,7 @@ absl::Status Loader::Accept(int endpoint, const std::string& address,
     batch.epoch = epoch;
     batch.server = address;
     ++stats_.batches_by_server[address];
+    if (batch.shared_memory) ++stats_.shared_memory_batches;
     stats_.server_read_ns += batch.server_timings.read_ns;
     stats_.server_decode_ns += batch.server_timings.decode_ns;
     stats_.server_transform_ns += batch.server_timings.transform_ns;

@@ -29,6 +29,7 @@
 // thread; Cancel(), cursor() and stats() may be called from any thread.
 // The destructor cancels and joins every thread the loader started.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -46,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "client/batch_region.h"
 #include "client/batch_source.h"
 #include "client/cursor.h"
 #include "client/endpoint_set.h"
@@ -128,6 +130,20 @@ struct LoaderOptions {
   absl::Duration retry_backoff_max = absl::Seconds(5);
   // Largest message accepted from a server. Default 1 GiB.
   int max_message_bytes = 1 << 30;
+  // Offer servers on this host (loopback addresses: local servers, or one
+  // started with --shared_memory) a shared-memory region per fetch thread
+  // (client/batch_region.h): they assemble batches straight into it, and a
+  // received batch costs no copy; its pixels are a view of the region, not
+  // memory from `allocator`. Each region has room for batches_per_request +
+  // prefetch_batches + 4 batches, of which only those in use touch memory.
+  // Requests with fields always use the socket. A server that
+  // does not take the offer is warned about once and sends its pixels as
+  // usual; a region that cannot be made (memory limits) turns it off with
+  // one warning.
+  bool shared_memory = true;
+  // Called with each region's memory when it is made (e.g. to register it
+  // with CUDA as pinned memory); may be empty.
+  RegionHook region_hook;
   // Where pixels are received; not owned, must outlive the loader. Null:
   // the loader's own HeapPixelAllocator (which reuses released buffers). A
   // bounded pool needs at least prefetch_batches slots plus the batches the
@@ -155,6 +171,8 @@ struct LoaderStats {
   int64_t stalls = 0;
   int64_t reissued_batches = 0;
   int64_t duplicate_batches_dropped = 0;
+  // Batches whose pixels came through shared memory (no copy).
+  int64_t shared_memory_batches = 0;
   // Batches received per server address.
   std::map<std::string, int64_t> batches_by_server;
 };
@@ -252,10 +270,23 @@ class Loader : public BatchSource {
   // options_.unavailable_deadline while batches remain.
   void CheckAvailability(absl::Time now);
   void ResolveNow();
+  // A fetch thread's shared-memory state for its endpoint.
+  struct SharedPath {
+    bool offer = false;  // the endpoint is on this host, and it is on
+    std::shared_ptr<BatchRegion> region;  // made on first use
+  };
+  // Slots of `shared`'s region for the `n` batches of the next request
+  // (making the region first), or none: then the request uses the socket.
+  std::vector<int> AcquireSlots(SharedPath* shared, int n);
   // Streams `lease` from `endpoint`. Returns the first batch of the lease
   // not received (lease.end when all were) and the stream's error in
   // `*status`.
-  int64_t RunRange(int endpoint, const Lease& lease, absl::Status* status);
+  int64_t RunRange(int endpoint, const Lease& lease, SharedPath* shared,
+                   absl::Status* status);
+  // After a stream: frees the slots it did not fill, or retires the
+  // region when the server may still write into them.
+  void FinishSlots(const SharedSlots& slots, bool refused,
+                   SharedPath* shared);
   // RunRange received `batch` from `address`: keeps it for delivery (a new
   // one), drops it (a duplicate or stale one) or returns DATA_LOSS for a
   // batch the lease did not ask for. `*next` as RangeSchedule::Receive.
@@ -310,6 +341,11 @@ class Loader : public BatchSource {
   int64_t dataset_samples_ = 0;
   std::string fingerprint_;
   std::string plan_id_;
+  // Bytes of a full batch's payload, for shared-memory slots; 0: no shared
+  // memory (off, or a request with fields).
+  size_t shared_slot_bytes_ = 0;
+  // Set when a region could not be made: no more are tried.
+  std::atomic<bool> shared_failed_{false};
 
   // Each synchronizes itself.
   // Repeated identical warnings about a server, thinned out.

@@ -394,7 +394,8 @@ absl::StatusOr<std::unique_ptr<LocalServers>> LocalServers::Start(
                     absl::StrCat("--cpus=", common::FormatCpuList(mine)),
                     absl::StrCat("--threads=", mine.size()),
                     absl::StrCat("--control_fd=", kControlFd),
-                    "--drain_grace=1s", "--log_level=warn"};
+                    "--drain_grace=1s", "--shared_memory",
+                    "--log_level=warn"};
     child->flags.insert(child->flags.end(), options.flags.begin(),
                         options.flags.end());
     servers->children_.push_back(std::move(child));

@@ -84,10 +84,47 @@ absl::StatusOr<FieldBatch> CheckField(const v1::FieldData& f, int n,
   return field;
 }
 
+// Where the request's shared slots meet a received batch: a batch in its
+// slot becomes a view of it; one sent in the message frees its slot (the
+// server did not write into it).
+absl::Status TakeShared(const v1::Batch& b, SharedSlots* shared,
+                        HostBatch* batch) {
+  const int64_t i = b.batch_index() - shared->first_batch;
+  if (i < 0 || i >= static_cast<int64_t>(shared->indices.size())) {
+    // Not this request's batch: the loader refuses it (DATA_LOSS).
+    return b.shared_size() == 0
+               ? absl::OkStatus()
+               : absl::DataLossError(absl::StrCat(
+                     "batch ", b.batch_index(), " is in a shared slot the "
+                     "request did not offer"));
+  }
+  if (shared->received[i]) {
+    return absl::DataLossError(
+        absl::StrCat("batch ", b.batch_index(), " was sent twice"));
+  }
+  shared->received[i] = true;
+  const int slot = shared->indices[i];
+  if (b.shared_size() == 0) {
+    shared->region->Release({slot});
+    return absl::OkStatus();
+  }
+  if (batch->pixels.size() != 0) {
+    return absl::DataLossError(absl::StrCat(
+        "batch ", b.batch_index(), " has pixels both in the message and in "
+        "shared memory"));
+  }
+  absl::StatusOr<PixelBuffer> view =
+      shared->region->Take(slot, static_cast<size_t>(b.shared_size()));
+  if (!view.ok()) return view.status();
+  batch->pixels = *std::move(view);
+  batch->shared_memory = true;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<HostBatch>> StreamReader::Decode(
-    PixelAllocator* allocator) {
+    PixelAllocator* allocator, SharedSlots* shared) {
   std::vector<grpc::Slice> slices;
   if (!message_.bytes.Dump(&slices).ok()) {
     return absl::DataLossError("cannot read the received message");
@@ -98,6 +135,10 @@ absl::StatusOr<std::optional<HostBatch>> StreamReader::Decode(
 
   HostBatch batch;
   common::PixelSink sink = [&](size_t size) -> absl::StatusOr<uint8_t*> {
+    // Nothing in the message (a batch in shared memory, or an empty one):
+    // no buffer to take from the allocator.
+    static uint8_t nothing;
+    if (size == 0) return &nothing;
     absl::StatusOr<PixelBuffer> buffer = allocator->Allocate(size);
     if (!buffer.ok()) return buffer.status();
     batch.pixels = *std::move(buffer);
@@ -116,6 +157,16 @@ absl::StatusOr<std::optional<HostBatch>> StreamReader::Decode(
     return absl::DataLossError("response has neither a batch nor a summary");
   }
   const v1::Batch& b = response.batch();
+  if (!b.shared_memory_refused().empty()) {
+    shared_refused_ = b.shared_memory_refused();
+  }
+  if (shared != nullptr) {
+    if (absl::Status s = TakeShared(b, shared, &batch); !s.ok()) return s;
+  } else if (b.shared_size() != 0) {
+    return absl::DataLossError(absl::StrCat(
+        "batch ", b.batch_index(), " is in shared memory, which this "
+        "request did not offer"));
+  }
   if (b.shape_size() != 4 || b.dtype() != v1::DTYPE_UINT8 ||
       b.layout() != v1::LAYOUT_NHWC) {
     return absl::DataLossError(absl::StrCat(

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/batch_region.h"
 #include "client/host_batch.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -40,14 +41,20 @@ class StreamReader {
   bool Read();
 
   // Decodes the message the last Read() returned: a batch (pixels in memory
-  // from `allocator`), or std::nullopt for the final summary (see
-  // summary()). DATA_LOSS if the message is malformed or inconsistent.
-  absl::StatusOr<std::optional<HostBatch>> Decode(PixelAllocator* allocator);
+  // from `allocator`, or with `shared` (the request's shared-memory slots,
+  // may be null) a view of the slot the server put them in), or
+  // std::nullopt for the final summary (see summary()). DATA_LOSS if the
+  // message is malformed or inconsistent (a batch in a slot not offered).
+  absl::StatusOr<std::optional<HostBatch>> Decode(PixelAllocator* allocator,
+                                                  SharedSlots* shared = nullptr);
 
   // The stream's final status. Call once, after Read() returned false.
   absl::Status Finish();
 
   bool has_summary() const { return has_summary_; }
+  // Why the server did not use the offered shared memory ("" if it did, or
+  // none was offered).
+  const std::string& shared_refused() const { return shared_refused_; }
   const v1::StreamSummary& summary() const { return summary_; }
 
  private:
@@ -55,6 +62,7 @@ class StreamReader {
   RawResponse message_;
   bool has_summary_ = false;
   v1::StreamSummary summary_;
+  std::string shared_refused_;
 };
 
 }  // namespace stoker::client

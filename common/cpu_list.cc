@@ -83,21 +83,27 @@ absl::StatusOr<std::vector<int>> AllowedCpus() {
 }
 
 absl::Status PinProcess(const std::vector<int>& cpus) {
-  absl::StatusOr<std::vector<int>> allowed = AllowedCpus();
-  if (!allowed.ok()) return allowed.status();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(absl::StrCat("no CPU ", cpu));
+    }
+    CPU_SET(cpu, &set);
+  }
+  // The kernel keeps the part the cgroup's cpuset allows (EINVAL: none).
+  if (sched_setaffinity(0, sizeof(set), &set) != 0 && errno != EINVAL) {
+    return absl::ErrnoToStatus(errno, "sched_setaffinity");
+  }
+  absl::StatusOr<std::vector<int>> now = AllowedCpus();
+  if (!now.ok()) return now.status();
   std::vector<int> missing;
-  std::set_difference(cpus.begin(), cpus.end(), allowed->begin(),
-                      allowed->end(), std::back_inserter(missing));
+  std::set_difference(cpus.begin(), cpus.end(), now->begin(), now->end(),
+                      std::back_inserter(missing));
   if (!missing.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CPUs ", FormatCpuList(missing), " are not available to this process "
-        "(it may run on ", FormatCpuList(*allowed), ")"));
-  }
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int cpu : cpus) CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return absl::ErrnoToStatus(errno, "sched_setaffinity");
+        "(it may run on ", FormatCpuList(*now), ")"));
   }
   return absl::OkStatus();
 }

@@ -24,9 +24,10 @@ std::string FormatCpuList(const std::vector<int>& cpus);
 // The CPUs this process may run on now (sched_getaffinity), sorted.
 absl::StatusOr<std::vector<int>> AllowedCpus();
 
-// Pins the calling process (pid 0) to `cpus`. INVALID_ARGUMENT naming the
-// CPUs that are not in AllowedCpus(); the errno's status if the kernel
-// refuses.
+// Pins the calling process (pid 0) to `cpus` (sorted), which may lie
+// outside the affinity it inherited but not outside its cgroup's cpuset or
+// the online CPUs: INVALID_ARGUMENT naming those it cannot have (it is
+// then pinned to the others, or left as it was if none is possible).
 absl::Status PinProcess(const std::vector<int>& cpus);
 
 }  // namespace stoker::common

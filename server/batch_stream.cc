@@ -71,7 +71,18 @@ std::unique_ptr<PixelBytes> PixelBytes::Map(size_t capacity,
   return bytes;
 }
 
+std::unique_ptr<PixelBytes> PixelBytes::InRegion(
+    std::shared_ptr<SharedRegion> region, int64_t batch, size_t capacity) {
+  MemoryBudget::Charge none;
+  std::unique_ptr<PixelBytes> bytes(
+      new PixelBytes(region->slot(batch), capacity, std::move(none), nullptr));
+  bytes->region_offset_ = region->slot_offset(batch);
+  bytes->region_ = std::move(region);
+  return bytes;
+}
+
 PixelBytes::~PixelBytes() {
+  if (region_ != nullptr) return;  // client memory
   if (cache_ != nullptr) {
     cache_->Give(data_, mapped_);
   } else {
@@ -176,6 +187,29 @@ void BatchStream::PrefetchLocked() {
   flush();
 }
 
+std::unique_ptr<PixelBytes> BatchStream::MapLocked(int64_t index,
+                                                   size_t bytes) {
+  MemoryBudget::Charge charge = std::move(granted_);
+  if (charge.bytes() == 0) {
+    std::weak_ptr<BatchStream> weak = weak_from_this();
+    charge = setup_.budget->ChargeOrWait(
+        static_cast<int64_t>(bytes),
+        [weak](MemoryBudget::Charge granted) {
+          if (auto self = weak.lock()) self->OnMemoryGranted(std::move(granted));
+        },
+        &memory_ticket_, setup_.job);
+    if (memory_ticket_ != 0) return nullptr;  // OnMemoryGranted continues
+  }
+  std::unique_ptr<PixelBytes> pixels =
+      PixelBytes::Map(bytes, &charge, setup_.mappings.get());
+  if (pixels == nullptr) {
+    error_ = absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", bytes, " bytes for batch ", index));
+    granted_ = std::move(charge);  // given back by the destructor
+  }
+  return pixels;
+}
+
 void BatchStream::ScheduleLocked() {
   while (!cancelled_.load() && !draining_ && error_.ok() && memory_ticket_ == 0 &&
          static_cast<int>(inflight_.size()) <
@@ -186,24 +220,13 @@ void BatchStream::ScheduleLocked() {
     if (setup_.replay && index > setup_.start_batch && !replay_ready_) return;
     const int n = static_cast<int>(setup_.plan->BatchSize(index));
     const size_t bytes = sample_bytes_ * n;
-    MemoryBudget::Charge charge = std::move(granted_);
-    if (charge.bytes() == 0) {
-      std::weak_ptr<BatchStream> weak = weak_from_this();
-      charge = setup_.budget->ChargeOrWait(
-          static_cast<int64_t>(bytes),
-          [weak](MemoryBudget::Charge granted) {
-            if (auto self = weak.lock()) self->OnMemoryGranted(std::move(granted));
-          },
-          &memory_ticket_, setup_.job);
-      if (memory_ticket_ != 0) return;  // OnMemoryGranted continues
-    }
-    std::unique_ptr<PixelBytes> pixels =
-        PixelBytes::Map(bytes, &charge, setup_.mappings.get());
-    if (pixels == nullptr) {
-      error_ = absl::ResourceExhaustedError(
-          absl::StrCat("cannot map ", bytes, " bytes for batch ", index));
-      granted_ = std::move(charge);  // given back by the destructor
-      return;
+    std::unique_ptr<PixelBytes> pixels;
+    if (setup_.shared != nullptr && bytes <= setup_.shared->slot_bytes()) {
+      pixels = PixelBytes::InRegion(setup_.shared, index - setup_.start_batch,
+                                    bytes);
+    } else {
+      pixels = MapLocked(index, bytes);
+      if (pixels == nullptr) return;
     }
     ++next_to_schedule_;
     auto batch = std::make_unique<Pending>();
@@ -511,6 +534,9 @@ BatchStream::Polled BatchStream::Poll() {
       setup_.metrics->ObserveQueueWait(common::SteadyNowNs() - batch->done_ns);
     }
     header.set_batch_index(batch->index);
+    if (batch->index == setup_.start_batch && !setup_.shared_refused.empty()) {
+      header.set_shared_memory_refused(setup_.shared_refused);
+    }
     header.add_shape(n);
     header.add_shape(setup_.out_height);
     header.add_shape(setup_.out_width);

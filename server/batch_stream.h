@@ -42,6 +42,7 @@
 #include "server/prefetcher.h"
 #include "server/raw_cache.h"
 #include "server/sample_fields.h"
+#include "server/shared_region.h"
 #include "server/worker_pool.h"
 
 namespace stoker::server {
@@ -120,6 +121,12 @@ struct BatchStreamSetup {
   bool replay = false;
   // CACHE_MODE_CACHED_RAW: reads go through this cache (no prefetching).
   std::shared_ptr<RawSampleCache> raw_cache;
+  // The client's shared-memory region (null: none): batch start_batch + i
+  // is assembled in its slot i when it fits. `shared_refused` says why a
+  // region the request offered is not used ("" if none was refused); the
+  // first batch reports it.
+  std::shared_ptr<SharedRegion> shared;
+  std::string shared_refused;
   storage::DiskCache* disk_cache = nullptr;
   std::shared_ptr<PrefetchCounters> prefetch_counters;
 };
@@ -160,11 +167,18 @@ class PixelBytes {
   static std::unique_ptr<PixelBytes> Map(size_t capacity,
                                          MemoryBudget::Charge* charge,
                                          PixelMappingCache* cache = nullptr);
+  // The bytes of the request's `batch`-th slot of a client's shared region
+  // (`capacity` <= its slot size): client memory, so nothing is charged;
+  // the PixelBytes keeps the region mapped.
+  static std::unique_ptr<PixelBytes> InRegion(
+      std::shared_ptr<SharedRegion> region, int64_t batch, size_t capacity);
   ~PixelBytes();
   PixelBytes(const PixelBytes&) = delete;
   PixelBytes& operator=(const PixelBytes&) = delete;
 
   uint8_t* data() const { return data_; }
+  // In a shared region: the offset in it; else -1.
+  int64_t region_offset() const { return region_offset_; }
   // Bytes in use; starts at the capacity.
   size_t size() const { return size_; }
   void Shrink(size_t size) { size_ = std::min(size, size_); }
@@ -182,6 +196,9 @@ class PixelBytes {
   size_t size_;
   MemoryBudget::Charge charge_;
   PixelMappingCache* const cache_;
+  // InRegion: the region the bytes are in.
+  std::shared_ptr<SharedRegion> region_;
+  int64_t region_offset_ = -1;
 };
 
 // A finished batch: the header (every Batch field but pixels) and the pixel
@@ -237,6 +254,11 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   BatchStream(BatchStreamSetup setup, const BatchStreamOptions& options,
               std::function<void()> on_ready);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Server memory for batch `index`'s `bytes` payload, once the budget
+  // grants it. Null while it waits (OnMemoryGranted schedules again) or
+  // after a failure (error_ is set).
+  std::unique_ptr<PixelBytes> MapLocked(int64_t index, size_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The budget granted the next batch's memory.
   void OnMemoryGranted(MemoryBudget::Charge charge);
   void RunSample(WorkerContext* context, Pending* batch, int slot);

@@ -70,6 +70,9 @@ DataService::DataService(const DataServiceOptions& options,
                                      options.max_memory_bytes)
               : 0)),
       mappings_(std::make_shared<PixelMappingCache>(kKeptBatchMappings)),
+      shared_mappings_(options.shared_memory
+                           ? std::make_unique<SharedMappings>()
+                           : nullptr),
       admission_(options.max_streams) {
   image::SampleProcessorOptions processor = options.processor;
   pool_ = std::make_unique<WorkerPool>(
@@ -249,10 +252,37 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   }
   absl::StatusOr<StreamAdmission::Slot> slot = admission_.Admit();
   if (!slot.ok()) return slot.status();
+  BatchStreamSetup setup =
+      MakeSetup(dataset, *std::move(spec), *std::move(plan), *range, job);
+  if (request.has_shared_memory()) {
+    if (absl::Status s = UseSharedMemory(request.shared_memory(), &setup);
+        !s.ok()) {
+      return s;
+    }
+  }
   std::shared_ptr<BatchStream> stream = BatchStream::Start(
-      MakeSetup(dataset, *std::move(spec), *std::move(plan), *range, job),
-      options_.stream, std::move(on_ready));
+      std::move(setup), options_.stream, std::move(on_ready));
   return admission_.Track(*std::move(slot), std::move(stream));
+}
+
+absl::Status DataService::UseSharedMemory(const v1::SharedMemory& shared,
+                                          BatchStreamSetup* setup) const {
+  if (shared_mappings_ == nullptr) {
+    setup->shared_refused =
+        "this server was started without --shared_memory";
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::shared_ptr<SharedRegion>> region =
+      SharedRegion::Open(shared, setup->end_batch - setup->start_batch,
+                         shared_mappings_.get());
+  if (region.ok()) {
+    setup->shared = *std::move(region);
+  } else if (absl::IsFailedPrecondition(region.status())) {
+    setup->shared_refused = std::string(region.status().message());
+  } else {
+    return region.status();
+  }
+  return absl::OkStatus();
 }
 
 BatchStreamSetup DataService::MakeSetup(const Dataset& dataset,

@@ -60,6 +60,11 @@ struct DataServiceOptions {
   double max_memory_share_per_job = 1.0;
   BatchStreamOptions stream;
   image::SampleProcessorOptions processor;
+  // Assemble batches straight into the shared memory of clients on this
+  // host that offer it (StreamBatchesRequest.shared_memory,
+  // server/shared_region.h). Off: such requests get their pixels in the
+  // messages, with the reason in the first batch.
+  bool shared_memory = false;
   // Epoch orders kept for reuse (one per dataset/seed/epoch/shuffle).
   int plan_cache_entries = 8;
   // Datasets in object storage: the store they were opened with (for
@@ -160,6 +165,11 @@ class DataService {
                              common::EpochPlan plan,
                              std::pair<int64_t, int64_t> range,
                              const std::string& job);
+  // Maps the region a request offers into `setup` (or records why not:
+  // --shared_memory off, or a region it cannot use). INVALID_ARGUMENT for a
+  // malformed offer.
+  absl::Status UseSharedMemory(const v1::SharedMemory& shared,
+                               BatchStreamSetup* setup) const;
   // Keeps a client's report (starvation, demand) for job_reports().
   void RecordReport(const v1::ClientReport& report, const std::string& job);
 
@@ -169,6 +179,9 @@ class DataService {
   const std::shared_ptr<MemoryBudget> budget_;
   // Batch mappings kept between batches (server/batch_stream.h).
   const std::shared_ptr<PixelMappingCache> mappings_;
+  // Clients' shared-memory regions kept mapped (server/shared_region.h);
+  // null without options_.shared_memory.
+  const std::unique_ptr<SharedMappings> shared_mappings_;
   // --max_streams and draining (declared after mappings_: initialized in
   // this order).
   StreamAdmission admission_;

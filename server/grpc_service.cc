@@ -25,8 +25,16 @@ grpc::ByteBuffer SerializedBuffer(const std::string& bytes) {
 }
 
 // Prefix slice plus a slice that owns and points into the pixel buffer,
-// plus one that owns the bytes fields' values (if any).
+// plus one that owns the bytes fields' values (if any); or, for a batch
+// assembled in the client's shared memory, the header alone (the pixels'
+// PixelBytes is dropped here: the region stays mapped while other batches
+// of the stream use it).
 grpc::ByteBuffer EncodeBatch(ReadyBatch batch) {
+  if (batch.pixels->region_offset() >= 0 && batch.extra.empty()) {
+    // Already in the client's shared memory: only the header travels.
+    batch.header.set_shared_size(static_cast<int64_t>(batch.pixels->size()));
+    return SerializedBuffer(common::EncodeBatchPrefix(batch.header, 0));
+  }
   PixelBytes* pixels = batch.pixels.release();
   const size_t extra_size = batch.extra.size();
   grpc::Slice slices[3] = {

@@ -139,6 +139,11 @@ ABSL_FLAG(std::string, cpus, "",
           "If set, a CPU list such as 0-3,6: the server runs only on those "
           "CPUs (sched_setaffinity), and --threads=0 means one worker per "
           "CPU in it.");
+ABSL_FLAG(bool, shared_memory, false,
+          "Assemble batches straight into the shared memory of clients on "
+          "this host that offer it (same user, same PID namespace), so only "
+          "their descriptions travel through the socket. Local servers "
+          "(client/local_servers.h) have it on.");
 ABSL_FLAG(int, control_fd, -1,
           "For a parent that starts the server as its local server "
           "(client/local_servers.h): an inherited socket. The port lines of "
@@ -359,6 +364,7 @@ absl::Status ReadBehaviour(Config* config) {
   if (config->drain_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--drain_grace must be >= 0");
   }
+  config->service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   config->service.processor.dct_scaling = absl::GetFlag(FLAGS_dct_scaling);
   config->service.processor.max_image_pixels =
       absl::GetFlag(FLAGS_max_image_pixels);

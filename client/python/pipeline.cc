@@ -5,8 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/cuda_runtime.h"
 #include "common/epoch_plan.h"
 #include "image/ops/transform.h"
+#include "spdlog/spdlog.h"
 
 namespace stoker::client::python {
 namespace {
@@ -24,6 +26,7 @@ void AddStats(const LoaderStats& from, LoaderStats* into) {
   into->stalls += from.stalls;
   into->reissued_batches += from.reissued_batches;
   into->duplicate_batches_dropped += from.duplicate_batches_dropped;
+  into->shared_memory_batches += from.shared_memory_batches;
   for (const auto& [server, n] : from.batches_by_server) {
     into->batches_by_server[server] += n;
   }
@@ -151,6 +154,24 @@ absl::Status Pipeline::Build() {
       DeviceLoader::Create(options_.device);
   if (!device.ok()) return device.status();
   LoaderOptions loader_options = options_.loader;
+  if (options_.device.device == DeviceKind::kCuda) {
+    // Shared-memory regions are page-locked, so the device loader's copy
+    // reads them directly, as it reads its pinned slots.
+    const int device_id = options_.device.device_id;
+    loader_options.region_hook = [device_id](void* data, size_t size)
+        -> std::function<void()> {
+      ScopedCudaDevice scoped(device_id);
+      absl::Status s = scoped.status().ok() ? CudaHostRegister(data, size)
+                                            : scoped.status();
+      if (!s.ok()) {
+        spdlog::warn("shared memory not page-locked ({}): copies to the GPU "
+                     "from it are staged by the driver",
+                     s.ToString());
+        return nullptr;
+      }
+      return [data] { CudaHostUnregister(data); };
+    };
+  }
   // Only payloads with fields can outgrow the pinned slots.
   loader_options.allocator = options_.loader.fields.empty()
                                  ? (*device)->pinned_allocator()

@@ -127,6 +127,29 @@ PyObject* MakeErrorType(py::module_& m, const char* name, py::tuple bases,
 // client::StagedBatch (client/staged_batch.h) with Python types: one
 // delivered batch that convert_into converts into the caller's tensors on
 // the caller's stream. Single use; not thread-safe.
+// Host memory for the tensors stoker.Loader(device="cpu") yields, reused
+// between batches: a fresh 10-150 MB tensor per batch costs a page fault
+// and a page zeroing per 4 KiB, as much CPU as converting into it. A
+// HostBuffer goes back to its cache when the tensor made of it
+// (torch.frombuffer keeps it) is freed; the cache keeps at most
+// `max_cached_bytes` of them.
+struct HostBuffer {
+  PixelBuffer memory;
+};
+
+class HostBuffers {
+ public:
+  explicit HostBuffers(size_t max_cached_bytes) : cache_(max_cached_bytes) {}
+  HostBuffer Take(size_t bytes) {
+    absl::StatusOr<PixelBuffer> memory = cache_.Allocate(bytes);
+    if (!memory.ok()) ThrowStatus(memory.status());
+    return HostBuffer{*std::move(memory)};
+  }
+
+ private:
+  HeapPixelAllocator cache_;
+};
+
 class PyStagedBatch {
  public:
   PyStagedBatch(DeviceBatch batch, const ConvertOptions& output)
@@ -266,6 +289,8 @@ struct Settings {
   std::vector<int> local_cpus;
   int local_servers = 1;
   std::string server_binary;
+  // Offer servers on this host shared memory (LoaderOptions).
+  bool shared_memory = true;
   int batch_size = 256;
   std::string transform;
   // The text form of client/field_spec.h; empty: a classic request.
@@ -348,6 +373,7 @@ Configured ToOptions(const Settings& s) {
   }
   l.local.count = s.local_servers;
   l.local.binary = s.server_binary;
+  l.shared_memory = s.shared_memory;
   if (s.dataset.empty()) ThrowInvalid("dataset must be a non-empty name");
   l.dataset = s.dataset;
   absl::StatusOr<v1::TransformPipeline> transform =
@@ -593,6 +619,7 @@ class PyPipeline {
     d["stalls"] = s.loader.stalls;
     d["reissued_batches"] = s.loader.reissued_batches;
     d["duplicate_batches_dropped"] = s.loader.duplicate_batches_dropped;
+    d["shared_memory_batches"] = s.loader.shared_memory_batches;
     d["received_batches"] = s.loader.batches;
     d["convert_wait_s"] = absl::ToDoubleSeconds(s.loader.consumer_wait);
     d["rebuilds"] = s.rebuilds;
@@ -734,6 +761,18 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("labels"), py::arg("stream"),
            py::arg("fields") = std::vector<uintptr_t>());
 
+  py::class_<HostBuffer>(m, "HostBuffer", py::buffer_protocol())
+      .def_buffer([](HostBuffer& b) {
+        return py::buffer_info(
+            b.memory.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+            {static_cast<py::ssize_t>(b.memory.size())}, {1},
+            /*readonly=*/false);
+      });
+
+  py::class_<HostBuffers>(m, "HostBuffers")
+      .def(py::init<size_t>(), py::arg("max_cached_bytes"))
+      .def("take", &HostBuffers::Take, py::arg("bytes"));
+
   py::class_<Settings>(m, "Settings")
       .def(py::init<>())
       .def_readwrite("servers", &Settings::servers)
@@ -743,6 +782,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def_readwrite("local_cpus", &Settings::local_cpus)
       .def_readwrite("local_servers", &Settings::local_servers)
       .def_readwrite("server_binary", &Settings::server_binary)
+      .def_readwrite("shared_memory", &Settings::shared_memory)
       .def_readwrite("batch_size", &Settings::batch_size)
       .def_readwrite("transform", &Settings::transform)
       .def_readwrite("fields", &Settings::fields)

@@ -1,5 +1,7 @@
 #include "common/cpu_list.h"
 
+#include <sched.h>
+
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -37,10 +39,13 @@ TEST(CpuListTest, PinningToAllowedCpusKeepsThemAndRefusesOthers) {
   // Pinning to what is allowed already changes nothing.
   ASSERT_TRUE(PinProcess(*allowed).ok());
   EXPECT_EQ(*AllowedCpus(), *allowed);
-  absl::Status refused = PinProcess({allowed->back() + 1000});
+  // No such CPU: refused, and the affinity is left as it was.
+  absl::Status refused = PinProcess({CPU_SETSIZE - 1});
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(), HasSubstr("not available"));
   EXPECT_EQ(*AllowedCpus(), *allowed);
+  EXPECT_EQ(PinProcess({CPU_SETSIZE}).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

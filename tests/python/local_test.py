@@ -84,6 +84,21 @@ def alive(pid):
         return False
 
 
+def shared_memory_left():
+    """This process's stoker-batches memfds and mappings."""
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if "stoker-batches" in target:
+            fds.append(target)
+    with open("/proc/self/maps") as f:
+        maps = [line for line in f if "stoker-batches" in line]
+    return fds + maps
+
+
 def port_open(port):
     with socket.socket() as s:
         s.settimeout(2)
@@ -104,16 +119,25 @@ class LocalServersTest(unittest.TestCase):
     def test_epoch_equals_a_separately_started_server_and_close_leaves_nothing(self):
         server = st.Server(GLOB)
         try:
+            # On this host but without --shared_memory: it says why and
+            # sends the pixels through the socket.
             with stoker.Loader(server.address, "train", batch_size=BATCH,
                                transform=st.TRANSFORM, seed=SEED,
                                device="cpu", dtype=torch.uint8) as remote:
                 expected, expected_keys = epoch_checksum(remote)
+                self.assertEqual(remote.stats()["shared_memory_batches"], 0)
         finally:
             server.kill()
         loader = local_loader()
         pids = server_children(os.getpid())
         self.assertEqual(len(pids), 1)
         got, keys = epoch_checksum(loader)
+        # Every batch came through shared memory, bit-identical.
+        stats = loader.stats()
+        self.assertEqual(stats["shared_memory_batches"],
+                         stats["received_batches"])
+        self.assertGreater(stats["shared_memory_batches"], 0)
+        self.assertNotEqual(shared_memory_left(), [])
         self.assertEqual(got, expected)
         self.assertEqual(keys, expected_keys)
         self.assertEqual(sorted(keys), sorted(LABELS))
@@ -129,6 +153,13 @@ class LocalServersTest(unittest.TestCase):
         self.assertEqual(server_children(os.getpid()), [])
         self.assertFalse(alive(pids[0]))
         self.assertFalse(port_open(ports[0]))
+        self.assertEqual(shared_memory_left(), [])
+
+    def test_the_socket_path_gives_the_same_batches(self):
+        with local_loader() as shared, local_loader(shared_memory=False) as tcp:
+            self.assertEqual(epoch_checksum(shared), epoch_checksum(tcp))
+            self.assertEqual(tcp.stats()["shared_memory_batches"], 0)
+            self.assertGreater(shared.stats()["shared_memory_batches"], 0)
 
     def test_sigkill_of_the_training_process_takes_its_servers(self):
         script = textwrap.dedent(f"""
@@ -217,7 +248,9 @@ class LocalServersTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "local_cores"):
             local_loader(local_cores=len(os.sched_getaffinity(0)) + 1)
         with self.assertRaisesRegex(ValueError, "local_cores"):
-            local_loader(local_cores=[4096])
+            local_loader(local_cores=[-1])
+        with self.assertRaisesRegex(Exception, "CPUs 1000 are not available"):
+            local_loader(local_cores=[1000])
         with self.assertRaisesRegex(Exception, "not an executable file"):
             local_loader(server_binary="/nonexistent/stoker_server")
         with self.assertRaisesRegex(ValueError, "no shards"):

@@ -70,6 +70,14 @@ class StagedBatch:
         self, images: int, labels: int, stream: int, fields: Sequence[int] = ...
     ) -> None: ...
 
+class HostBuffer:
+    # Exposes its bytes through the buffer protocol (torch.frombuffer).
+    def __buffer__(self, flags: int) -> memoryview: ...
+
+class HostBuffers:
+    def __init__(self, max_cached_bytes: int) -> None: ...
+    def take(self, bytes: int) -> HostBuffer: ...
+
 class Settings:
     # The attributes are read-write; the std::array ones read back as lists
     # and accept any sequence of the right length.
@@ -80,6 +88,7 @@ class Settings:
     local_cpus: list[int]
     local_servers: int
     server_binary: str
+    shared_memory: bool
     batch_size: int
     transform: str
     fields: str

@@ -79,6 +79,10 @@ def _servers_arg(servers: object) -> str:
     return text
 
 
+# Freed image tensors of a device="cpu" loader kept for reuse, at most.
+_HOST_BUFFER_CACHE_BYTES = 768 << 20
+
+
 def _server_binary() -> str:
     """stoker_server beside this package (a wheel's stoker/bin, or the Bazel
     layout bazel-bin/client/python/stoker -> bazel-bin/server), or "" to let
@@ -119,10 +123,12 @@ def _local_args(settings: _stoker.Settings, shards: object,
                                         len(allowed))
     elif (isinstance(local_cores, (list, tuple, range)) and local_cores
           and all(isinstance(c, int) for c in local_cores)):
-        missing = sorted(set(local_cores) - set(allowed))
-        if missing:
-            raise _invalid(f"local_cores {missing} are not CPUs this process "
-                           f"may use ({allowed})")
+        if any(c < 0 for c in local_cores):
+            raise _invalid(f"local_cores must be CPU numbers >= 0, got "
+                           f"{local_cores!r}")
+        # CPUs outside this process's affinity are fine (a trainer may pin
+        # itself away from its servers); the server refuses CPUs its cgroup
+        # does not have.
         settings.local_cpus = sorted(set(local_cores))
     else:
         raise _invalid(f"local_cores must be a number of CPUs, a list of CPU "
@@ -409,13 +415,21 @@ class Loader:
         range or an http(s):// or s3:// URL.
       local_cores: the CPUs local servers run on: a number N (the N
         highest-numbered CPUs this process may use, os.sched_getaffinity),
-        a list of CPU numbers, or None (default: all of them but the
+        a list of CPU numbers (any the machine's cgroup allows, so a
+        trainer pinned to other CPUs can name them), or None (default: all of them but the
         lowest, which stays the trainer's; the only one on a 1-CPU
         machine).
       local_servers: local server processes sharing those CPUs (default 1;
         more give each other a failover).
       server_binary: the stoker_server program for local servers; default
         $STOKER_SERVER, the one installed with this package, or PATH.
+      shared_memory: offer servers on this host (local servers, or one
+        started with --shared_memory) shared memory for the batches: they
+        assemble them straight into this process's memory and nothing is
+        copied through the socket (page-locked on CUDA, so the copy to the
+        GPU reads it directly). A server or container that cannot use it
+        falls back to the socket with one warning. Requests with fields
+        always use the socket.
       batch_size: samples per batch.
       transform: the augmentation pipeline in torchvision syntax, steps
         separated by '|': RandomResizedCrop, RandomHorizontalFlip, Resize,
@@ -581,7 +595,8 @@ class Loader:
                  shards: str | os.PathLike[str] | None = None,
                  local_cores: int | Sequence[int] | None = None,
                  local_servers: int = 1,
-                 server_binary: str | os.PathLike[str] | None = None) -> None:
+                 server_binary: str | os.PathLike[str] | None = None,
+                 shared_memory: bool = True) -> None:
         self._pipeline: _stoker.Pipeline | None = None
         settings = _stoker.Settings()
         if servers is None:
@@ -592,6 +607,7 @@ class Loader:
         settings.servers = _servers_arg(servers)
         _local_args(settings, shards, local_cores, local_servers,
                     server_binary)
+        settings.shared_memory = bool(shared_memory)
         if dataset is None:
             raise _invalid("dataset is required: the dataset's name on the "
                            "servers (for local servers, any name)")
@@ -714,6 +730,10 @@ class Loader:
                            "values")
         self._settings = settings
 
+        # device="cpu": the images' memory is reused between batches.
+        self._host_buffers = (_stoker.HostBuffers(_HOST_BUFFER_CACHE_BYTES)
+                              if self._device.type == "cpu" else None)
+        self._itemsize = torch.empty((), dtype=self._dtype).element_size()
         self._pipeline = _stoker.Pipeline(settings)
         # The epoch the next iteration starts, and a cursor to resume from
         # instead (set by load_state_dict).
@@ -855,6 +875,16 @@ class Loader:
         return self._allocate_images(shape), self._allocate_labels(shape[0])
 
     def _allocate_images(self, shape: Sequence[int]) -> torch.Tensor:
+        n, c, h, w = shape
+        nbytes = n * c * h * w * self._itemsize
+        if self._host_buffers is not None and nbytes > 0:
+            # Reused host memory (see _stoker.HostBuffers), laid out as
+            # torch.empty would.
+            flat = torch.frombuffer(self._host_buffers.take(nbytes),
+                                    dtype=torch.uint8).view(self._dtype)
+            if self._settings.channels_last:
+                return flat.view(n, h, w, c).permute(0, 3, 1, 2)
+            return flat.view(n, c, h, w)
         return torch.empty(
             shape, dtype=self._dtype, device=self._device,
             memory_format=(torch.channels_last if self._settings.channels_last
@@ -1061,6 +1091,7 @@ class Loader:
         process waited for batches), batches / samples (yielded),
         skipped_samples, stream_failures, stalls, reissued_batches,
         duplicate_batches_dropped, received_batches (incl. prefetched),
+        shared_memory_batches (received through shared memory, no copy),
         convert_wait_s (time the conversion stage waited for the network),
         rebuilds (restarts after abandoned epochs), batches_by_server."""
         return self._open().stats()
