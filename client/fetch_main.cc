@@ -26,6 +26,7 @@
 #include "client/field_spec.h"
 #include "client/loader.h"
 #include "client/local_servers.h"
+#include "common/cpu_list.h"
 #include "client/server_list.h"
 #include "common/command_line.h"
 #include "image/ops/transform.h"
@@ -43,6 +44,10 @@ ABSL_FLAG(std::string, local_shards, "",
 ABSL_FLAG(int, local_cores, 0,
           "CPUs for local servers: the N highest-numbered this process may "
           "use; 0 = all but one.");
+ABSL_FLAG(std::string, local_cpus, "",
+          "CPUs for local servers as a list such as 2-5 (any the cgroup "
+          "allows, also outside this process's affinity); overrides "
+          "--local_cores.");
 ABSL_FLAG(int, local_servers, 1,
           "Local server processes sharing those CPUs.");
 ABSL_FLAG(bool, shared_memory, true,
@@ -133,11 +138,15 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
   if (server_list.empty() && !options.local.shards.empty()) {
     server_list = "local";
   }
+  const std::string cpu_list = absl::GetFlag(FLAGS_local_cpus);
   absl::StatusOr<std::vector<int>> cpus =
-      stoker::client::ChooseLocalCpus(absl::GetFlag(FLAGS_local_cores));
+      cpu_list.empty()
+          ? stoker::client::ChooseLocalCpus(absl::GetFlag(FLAGS_local_cores))
+          : stoker::common::ParseCpuList(cpu_list);
   if (!cpus.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--local_cores: ", cpus.status().message()));
+        absl::StrCat(cpu_list.empty() ? "--local_cores: " : "--local_cpus: ",
+                     cpus.status().message()));
   }
   options.local.cpus = *std::move(cpus);
   options.local.count = absl::GetFlag(FLAGS_local_servers);

@@ -689,7 +689,13 @@ int64_t Loader::RunRange(int endpoint, const Lease& lease, SharedPath* shared,
             absl::StrCat("server ", address, " is on this host but sends "
                          "batches through the socket: ",
                          reader.shared_refused()))) {
-      spdlog::warn("{}", *line);
+      // A server that was not asked to (no --shared_memory) is no fault;
+      // one that could not use the region is.
+      if (absl::StrContains(reader.shared_refused(), "--shared_memory")) {
+        spdlog::info("{}", *line);
+      } else {
+        spdlog::warn("{}", *line);
+      }
     }
   }
   FinishSlots(slots, !reader.shared_refused().empty(), shared);
