@@ -177,6 +177,9 @@ def main():
                    help="Timed epochs of every Stoker measurement.")
     p.add_argument("--peer_epochs", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hybrid_batch_size", type=int, default=64,
+                   help="Batch size of step 5 (stoker_fetch's last "
+                   "--batch_size wins).")
     p.add_argument("--ceiling_seconds", type=float, default=3)
     args = p.parse_args()
     if os.cpu_count() < 2:
@@ -233,14 +236,19 @@ def main():
          "--log_level=warn"], cpus=[0]))
     if remote is not None:
         both = list(range(min(2, os.cpu_count())))
+        # Small requests, so two servers share even a short epoch evenly.
+        small = [f"--batch_size={args.hybrid_batch_size}",
+                 "--batches_per_request=1"]
         r["remote_only"] = attempt("remote only", lambda: fetch(
-            args, bazel_bin, [f"--servers=127.0.0.1:{remote.port}"], both))
+            args, bazel_bin,
+            [f"--servers=127.0.0.1:{remote.port}"] + small, both))
         r["local_only"] = attempt("local only", lambda: fetch(
-            args, bazel_bin, local + ["--local_cpus=1"], both))
+            args, bazel_bin, local + ["--local_cpus=1"] + small, both))
         r["hybrid"] = attempt("hybrid", lambda: fetch(
             args, bazel_bin,
             local + ["--local_cpus=1",
-                     f"--servers=local,127.0.0.1:{remote.port}"], both))
+                     f"--servers=local,127.0.0.1:{remote.port}"] + small,
+            both))
         remote.stop()
 
     print_table(args, r)
@@ -289,7 +297,9 @@ def print_table(args, r):
     print(f"  (batches through shared memory in the stoker_fetch run: "
           f"{fmt(shared, 'd')})")
 
-    print("\n== hybrid: local server (CPU 1) + remote server (CPU 0, TCP)")
+    print(f"\n== hybrid: local server (CPU 1) + remote server (CPU 0, TCP), "
+          f"batch {args.hybrid_batch_size}, one batch per request; the "
+          f"client shares both CPUs")
     for name, key in (("remote alone", "remote_only"),
                       ("local alone", "local_only"),
                       ("both", "hybrid")):

@@ -79,12 +79,30 @@ void FillTable(const ConvertOptions& options, int channels, Table<T>* table) {
   }
 }
 
+__attribute__((target("ssse3"))) inline void Split16(const uint8_t* at,
+                                                     __m128i channel[3]);
+
 // Interleaved 3-channel uint8 pixels into three planes, 16 pixels per step
 // with SSSE3 byte shuffles (about ten times the scalar loop's speed); the
 // caller checks that the CPU has SSSE3. Returns the pixels done (a
 // multiple of 16); the caller finishes the rest.
 __attribute__((target("ssse3"))) int64_t Deinterleave3Ssse3(
     const uint8_t* in, int64_t pixels, uint8_t* r, uint8_t* g, uint8_t* b) {
+  uint8_t* planes[3] = {r, g, b};
+  int64_t p = 0;
+  for (; p + 16 <= pixels; p += 16) {
+    __m128i channel[3];
+    Split16(in + 3 * p, channel);
+    for (int c = 0; c < 3; ++c) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[c] + p), channel[c]);
+    }
+  }
+  return p;
+}
+
+// The three channels of 16 interleaved pixels (48 bytes at `at`).
+__attribute__((target("ssse3"))) inline void Split16(const uint8_t* at,
+                                                     __m128i channel[3]) {
   // masks[c][v]: where output byte k of channel c comes from in source
   // vector v (byte 3k + c of the 48), or 0x80 (zero) if not from v.
   alignas(16) static const auto masks = [] {
@@ -98,25 +116,19 @@ __attribute__((target("ssse3"))) int64_t Deinterleave3Ssse3(
     }
     return m;
   }();
-  uint8_t* planes[3] = {r, g, b};
-  int64_t p = 0;
-  for (; p + 16 <= pixels; p += 16) {
-    const uint8_t* at = in + 3 * p;
-    const __m128i v[3] = {
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(at)),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 16)),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 32))};
-    for (int c = 0; c < 3; ++c) {
-      __m128i out = _mm_setzero_si128();
-      for (int s = 0; s < 3; ++s) {
-        out = _mm_or_si128(
-            out, _mm_shuffle_epi8(v[s], _mm_load_si128(reinterpret_cast<
-                                            const __m128i*>(masks[c][s].data()))));
-      }
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[c] + p), out);
+  const __m128i v[3] = {
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(at)),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 16)),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 32))};
+  for (int c = 0; c < 3; ++c) {
+    __m128i out = _mm_setzero_si128();
+    for (int s = 0; s < 3; ++s) {
+      out = _mm_or_si128(
+          out, _mm_shuffle_epi8(v[s], _mm_load_si128(reinterpret_cast<
+                                          const __m128i*>(masks[c][s].data()))));
     }
+    channel[c] = out;
   }
-  return p;
 }
 
 bool HasSsse3() {
@@ -124,19 +136,112 @@ bool HasSsse3() {
   return has;
 }
 
-// Interleaved (NHWC) 3-channel pixels into three planes through `table`:
-// one pass over the input, three sequential output streams.
-template <typename T, typename Lookup>
-void Deinterleave3(const uint8_t* in, int64_t pixels, T* out,
-                   const Lookup& lookup) {
-  T* r = out;
-  T* g = out + pixels;
-  T* b = out + 2 * pixels;
-  for (int64_t p = 0; p < pixels; ++p) {
-    r[p] = lookup(0, in[3 * p]);
-    g[p] = lookup(1, in[3 * p + 1]);
-    b[p] = lookup(2, in[3 * p + 2]);
+bool HasSse41() {
+  static const bool has = __builtin_cpu_supports("sse4.1");
+  return has;
+}
+
+// Four uint8 values (zero-extended in `u32`) through x * scale + bias, as
+// the table computes them (a rounded product, then a rounded sum: the same
+// bits), stored as float32 or as bfloat16 (rounded to nearest even like
+// FloatToBFloat16Bits; the values are finite).
+__attribute__((target("sse4.1"))) inline __m128 Affine4(__m128i u32,
+                                                        __m128 scale,
+                                                        __m128 bias) {
+  return _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(u32), scale), bias);
+}
+
+__attribute__((target("sse4.1"))) inline __m128i BFloat16Bits(__m128 f) {
+  const __m128i bits = _mm_castps_si128(f);
+  const __m128i odd = _mm_and_si128(_mm_srli_epi32(bits, 16),
+                                    _mm_set1_epi32(1));
+  return _mm_srli_epi32(
+      _mm_add_epi32(_mm_add_epi32(bits, _mm_set1_epi32(0x7fff)), odd), 16);
+}
+
+// 16 uint8 values as four vectors of four int32.
+__attribute__((target("sse4.1"))) inline void Widen16(__m128i v,
+                                                      __m128i out[4]) {
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i lo = _mm_unpacklo_epi8(v, zero);
+  const __m128i hi = _mm_unpackhi_epi8(v, zero);
+  out[0] = _mm_unpacklo_epi16(lo, zero);
+  out[1] = _mm_unpackhi_epi16(lo, zero);
+  out[2] = _mm_unpacklo_epi16(hi, zero);
+  out[3] = _mm_unpackhi_epi16(hi, zero);
+}
+
+// Stores 16 converted values (four vectors of four) at `out`.
+__attribute__((target("sse4.1"))) inline void Store16(const __m128 f[4],
+                                                      uint32_t* out) {
+  for (int k = 0; k < 4; ++k) {
+    _mm_storeu_ps(reinterpret_cast<float*>(out + 4 * k), f[k]);
   }
+}
+
+__attribute__((target("sse4.1"))) inline void Store16(const __m128 f[4],
+                                                      uint16_t* out) {
+  for (int k = 0; k < 2; ++k) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8 * k),
+                     _mm_packus_epi32(BFloat16Bits(f[2 * k]),
+                                      BFloat16Bits(f[2 * k + 1])));
+  }
+}
+
+// float32 (T = uint32_t) or bfloat16 (T = uint16_t) conversion of
+// 3-channel pixels, 16 per step: into planes (`planar`, one image's) or
+// interleaved like the input. Returns the pixels done; the caller converts
+// the rest with the table.
+template <typename T>
+__attribute__((target("sse4.1"))) int64_t Affine3Sse41(
+    const uint8_t* in, int64_t pixels, bool planar, const ChannelAffine& a,
+    T* out) {
+  int64_t p = 0;
+  if (planar) {
+    __m128 scale[3];
+    __m128 bias[3];
+    for (int c = 0; c < 3; ++c) {
+      scale[c] = _mm_set1_ps(a.scale[c]);
+      bias[c] = _mm_set1_ps(a.bias[c]);
+    }
+    for (; p + 16 <= pixels; p += 16) {
+      __m128i channel[3];
+      Split16(in + 3 * p, channel);
+      for (int c = 0; c < 3; ++c) {
+        __m128i wide[4];
+        Widen16(channel[c], wide);
+        __m128 f[4];
+        for (int k = 0; k < 4; ++k) f[k] = Affine4(wide[k], scale[c], bias[c]);
+        Store16(f, out + c * pixels + p);
+      }
+    }
+    return p;
+  }
+  // Interleaved: element e has channel e % 3; the four lanes of the g-th
+  // vector of a 48-element step start at channel g % 3.
+  __m128 scale[3];
+  __m128 bias[3];
+  for (int m = 0; m < 3; ++m) {
+    scale[m] = _mm_setr_ps(a.scale[m % 3], a.scale[(m + 1) % 3],
+                           a.scale[(m + 2) % 3], a.scale[m % 3]);
+    bias[m] = _mm_setr_ps(a.bias[m % 3], a.bias[(m + 1) % 3],
+                          a.bias[(m + 2) % 3], a.bias[m % 3]);
+  }
+  for (; p + 16 <= pixels; p += 16) {
+    for (int s = 0; s < 3; ++s) {
+      const __m128i v =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * p + 16 * s));
+      __m128i wide[4];
+      Widen16(v, wide);
+      __m128 f[4];
+      for (int k = 0; k < 4; ++k) {
+        const int m = (4 * s + k) % 3;
+        f[k] = Affine4(wide[k], scale[m], bias[m]);
+      }
+      Store16(f, out + 3 * p + 16 * s);
+    }
+  }
+  return p;
 }
 
 template <typename T>
@@ -154,10 +259,22 @@ void ConvertWithTable(const uint8_t* src, const ImageShape& shape,
   }
   Table<T> table;
   FillTable(options, channels, &table);
+  // float32 and bfloat16 of 3 channels: vectors, with the table's bits.
+  constexpr bool kAffine = sizeof(T) != 1;
+  const bool simd = kAffine && channels == 3 && HasSse41() && HasSsse3() &&
+                    (sizeof(T) == 4 || options.dtype == DType::kBFloat16);
+  const ChannelAffine affine = ComputeAffine(options);
   if (interleaved) {
     const int64_t total = shape.elements();
     if (channels == 3) {
-      for (int64_t i = 0; i + 3 <= total; i += 3) {
+      int64_t start = 0;
+      if constexpr (kAffine) {
+        if (simd) {
+          start = 3 * Affine3Sse41(src, shape.n * pixels, /*planar=*/false,
+                                   affine, dst);
+        }
+      }
+      for (int64_t i = start; i + 3 <= total; i += 3) {
         dst[i] = table.v[0][src[i]];
         dst[i + 1] = table.v[1][src[i + 1]];
         dst[i + 2] = table.v[2][src[i + 2]];
@@ -184,8 +301,18 @@ void ConvertWithTable(const uint8_t* src, const ImageShape& shape,
           }
         }
       } else {
-        Deinterleave3(in, pixels, out,
-                      [&table](int c, uint8_t x) { return table.v[c][x]; });
+        int64_t done = 0;
+        if constexpr (kAffine) {
+          if (simd) {
+            done = Affine3Sse41(in, pixels, /*planar=*/true, affine, out);
+          }
+        }
+        for (int c = 0; c < 3; ++c) {
+          const T* lut = table.v[c];
+          for (int64_t p = done; p < pixels; ++p) {
+            out[c * pixels + p] = lut[in[3 * p + c]];
+          }
+        }
       }
       continue;
     }

@@ -35,26 +35,44 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// All matches of `pattern`, sorted byte-wise; empty if none.
+// All matches of `pattern`, sorted byte-wise; empty if none. Brace groups
+// ("train-{000..127}.tar", as WebDataset names shards) are expanded first;
+// a name they give without a wildcard must exist (NOT_FOUND naming it), so
+// a shard missing from a range is not left out silently.
 absl::StatusOr<std::vector<std::string>> ExpandGlob(
     const std::string& name, const std::string& pattern) {
-  glob_t matches{};
-  const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
-  std::vector<std::string> paths;
-  if (rc == 0) {
-    for (size_t i = 0; i < matches.gl_pathc; ++i) {
-      paths.push_back(matches.gl_pathv[i]);
-    }
+  absl::StatusOr<std::vector<std::string>> expanded =
+      storage::ExpandBraces(pattern);
+  if (!expanded.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset '", name, "': ", expanded.status().message()));
   }
-  ::globfree(&matches);
-  if (rc != 0 && rc != GLOB_NOMATCH) {
-    return absl::UnavailableError(absl::StrCat("dataset '", name,
-                                               "': glob(3) failed on '",
-                                               pattern, "' (code ", rc, ")"));
+  const bool braces = expanded->size() != 1 || expanded->front() != pattern;
+  std::vector<std::string> paths;
+  for (const std::string& one : *expanded) {
+    glob_t matches{};
+    const int rc = ::glob(one.c_str(), 0, nullptr, &matches);
+    if (rc == 0) {
+      for (size_t i = 0; i < matches.gl_pathc; ++i) {
+        paths.push_back(matches.gl_pathv[i]);
+      }
+    }
+    ::globfree(&matches);
+    if (rc != 0 && rc != GLOB_NOMATCH) {
+      return absl::UnavailableError(absl::StrCat("dataset '", name,
+                                                 "': glob(3) failed on '",
+                                                 one, "' (code ", rc, ")"));
+    }
+    if (rc == GLOB_NOMATCH && braces && !storage::HasWildcard(one)) {
+      return absl::NotFoundError(absl::StrCat(
+          "dataset '", name, "': '", one, "', named by '", pattern,
+          "', does not exist"));
+    }
   }
   // glob(3) sorts by locale collation; the sample order must not depend on
   // the locale.
   std::sort(paths.begin(), paths.end());
+  paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
   return paths;
 }
 

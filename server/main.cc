@@ -44,9 +44,10 @@ ABSL_FLAG(int, port, 50051, "TCP port to listen on (0 picks a free port).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(std::vector<std::string>, dataset, {},
           "NAME=GLOB: serve the .tar shards matching GLOB as dataset NAME. "
-          "GLOB may be a local path, http(s)://host/shard-{000..099}.tar "
-          "(brace ranges) or s3://bucket/prefix/*.tar. Repeat the flag for "
-          "several datasets.");
+          "GLOB may be a local path with wildcards and brace ranges "
+          "(/data/train-{000..127}.tar: every name a range gives must "
+          "exist), http(s)://host/shard-{000..099}.tar or "
+          "s3://bucket/prefix/*.tar. Repeat the flag for several datasets.");
 ABSL_FLAG(std::string, s3_endpoint, "",
           "http(s)://host[:port] of an S3-compatible store (MinIO, Ceph, "
           "GCS's XML API, R2), addressed path-style; empty: AWS S3.");

@@ -235,6 +235,26 @@ TEST_F(DatasetTest, KeepsTruncatedShardAndFailsOnlyItsDamagedSamples) {
   EXPECT_TRUE(dataset->Read(9, &image, &label).ok());
 }
 
+TEST_F(DatasetTest, BraceRangesNameLocalShardsAndEachMustExist) {
+  for (const char* shard : {"b-000.tar", "b-001.tar", "b-002.tar"}) {
+    ASSERT_TRUE(WriteTarFile(Path(shard), {{"k.jpg", "A"}, {"k.cls", "0"}})
+                    .ok());
+  }
+  std::unique_ptr<Dataset> dataset = OpenOrDie(Path("b-{000..001}.tar"));
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(dataset->shard_count(), 2);
+  // Braces and wildcards together; duplicates count once.
+  dataset = OpenOrDie(Path("b-{000,00*}.tar"));
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(dataset->shard_count(), 3);
+  absl::StatusOr<std::unique_ptr<Dataset>> missing =
+      Dataset::Open("ds", Path("b-{000..003}.tar"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("b-003.tar"));
+  EXPECT_EQ(Dataset::Open("ds", Path("b-{000..001.tar")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(DatasetTest, GlobMatchingNothingIsNotFound) {
   absl::StatusOr<std::unique_ptr<Dataset>> dataset =
       Dataset::Open("imagenet", Path("none-*.tar"));
