@@ -101,20 +101,9 @@ PYTHON_LOADER = textwrap.dedent("""
                            local_cores=cfg["local_cpus"],
                            shared_memory=cfg["shared_memory"],
                            server_binary=cfg["server_binary"])
-    def server_cpu():
-        total = 0.0
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                stat = open(f"/proc/{pid}/stat").read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[1]) == os.getpid():
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf(
-                    "SC_CLK_TCK")
-        return total
+    from stoker.launch import child_processes, process_cpu_seconds
+    def server_cpu():  # the local servers are this process's children
+        return sum(process_cpu_seconds(p) for p in child_processes(os.getpid()))
     def own_cpu():
         r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime + r.ru_stime

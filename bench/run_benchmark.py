@@ -99,27 +99,14 @@ def binary(bazel_bin, target):
 
 def proc_cpu_seconds(pid):
     """utime + stime of a live process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        stat = f.read()
-    # Field 2 (comm) may hold spaces; the fields after its ')' are fixed.
-    fields = stat[stat.rindex(")") + 2:].split()
-    utime, stime = int(fields[11]), int(fields[12])
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+    from stoker.launch import process_cpu_seconds
+    return process_cpu_seconds(pid)
 
 
 def child_pids(parent):
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[1]) == parent:
-            pids.append(int(entry))
-    return pids
+    """Children of `parent`, also those exited but not yet reaped."""
+    from stoker.launch import child_processes
+    return list(child_processes(parent, include_zombies=True))
 
 
 def rusage_seconds(who):

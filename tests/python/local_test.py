@@ -20,6 +20,7 @@ import torch
 
 import stoker
 import stoker_testing as st
+from stoker.launch import child_processes
 
 BATCH = 8
 SEED = 5
@@ -58,21 +59,8 @@ def epoch_checksum(loader):
 
 def server_children(parent):
     """Pids of the stoker_server processes whose parent is `parent`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if ppid == parent and comm == "stoker_server":
-            found.append(int(entry))
-    return found
+    return sorted(pid for pid, name in child_processes(parent).items()
+                  if name == "stoker_server")
 
 
 def alive(pid):

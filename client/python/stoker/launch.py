@@ -28,12 +28,47 @@ import tempfile
 import time
 from typing import IO, Callable, Dict, List, Optional, Sequence
 
-__all__ = ["ServerProcess", "ServerStartError", "read_port_file"]
+__all__ = ["ServerProcess", "ServerStartError", "child_processes",
+           "process_cpu_seconds", "read_port_file"]
 
 # How often start-up looks for the port file (seconds).
 _POLL_S = 0.02
 # How much of the log a start-up error quotes (bytes, from its end).
 _LOG_TAIL_BYTES = 8000
+
+
+def _stat_fields(pid: int) -> List[str]:
+    """The fields of /proc/<pid>/stat after the command name (which may
+    hold spaces and parentheses): state, ppid, ..."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def child_processes(parent: int,
+                    include_zombies: bool = False) -> Dict[int, str]:
+    """{pid: command name} of the processes whose parent is `parent` (from
+    /proc), e.g. the local servers a stoker.Loader started; exited ones not
+    yet reaped (zombies) only with `include_zombies`."""
+    found: Dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == parent and (include_zombies or fields[0] != "Z"):
+            found[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
+    return found
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process (all its threads), in seconds."""
+    fields = _stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class ServerStartError(RuntimeError):
