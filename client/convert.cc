@@ -289,37 +289,22 @@ void ConvertWithTable(const uint8_t* src, const ImageShape& shape,
   for (int64_t image = 0; image < shape.n; ++image) {
     const uint8_t* in = src + image * pixels * channels;
     T* out = dst + image * pixels * channels;
+    // Vectors for the bulk of 3-channel images, the table for the rest.
+    int64_t done = 0;
     if (channels == 3) {
-      if constexpr (sizeof(T) == 1) {
-        const int64_t done =
-            HasSsse3() ? Deinterleave3Ssse3(in, pixels, out, out + pixels,
-                                            out + 2 * pixels)
-                       : 0;
-        for (int c = 0; c < 3; ++c) {
-          for (int64_t p = done; p < pixels; ++p) {
-            out[c * pixels + p] = in[3 * p + c];
-          }
-        }
-      } else {
-        int64_t done = 0;
-        if constexpr (kAffine) {
-          if (simd) {
-            done = Affine3Sse41(in, pixels, /*planar=*/true, affine, out);
-          }
-        }
-        for (int c = 0; c < 3; ++c) {
-          const T* lut = table.v[c];
-          for (int64_t p = done; p < pixels; ++p) {
-            out[c * pixels + p] = lut[in[3 * p + c]];
-          }
-        }
+      if constexpr (kAffine) {
+        if (simd) done = Affine3Sse41(in, pixels, /*planar=*/true, affine, out);
+      } else if (HasSsse3()) {
+        done = Deinterleave3Ssse3(in, pixels, out, out + pixels,
+                                  out + 2 * pixels);
       }
-      continue;
     }
     for (int c = 0; c < channels; ++c) {
       const T* lut = table.v[c];
       T* plane = out + c * pixels;
-      for (int64_t p = 0; p < pixels; ++p) plane[p] = lut[in[p * channels + c]];
+      for (int64_t p = done; p < pixels; ++p) {
+        plane[p] = lut[in[p * channels + c]];
+      }
     }
   }
 }

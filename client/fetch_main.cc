@@ -131,11 +131,11 @@ using stoker::client::HostBatch;
 using stoker::client::Loader;
 using stoker::client::LoaderOptions;
 
-absl::StatusOr<LoaderOptions> ReadOptions() {
-  LoaderOptions options;
+// --servers and the local servers' flags.
+absl::Status ReadServers(LoaderOptions* options) {
   std::string server_list = absl::GetFlag(FLAGS_servers);
-  options.local.shards = absl::GetFlag(FLAGS_local_shards);
-  if (server_list.empty() && !options.local.shards.empty()) {
+  options->local.shards = absl::GetFlag(FLAGS_local_shards);
+  if (server_list.empty() && !options->local.shards.empty()) {
     server_list = "local";
   }
   const std::string cpu_list = absl::GetFlag(FLAGS_local_cpus);
@@ -148,17 +148,23 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
         absl::StrCat(cpu_list.empty() ? "--local_cores: " : "--local_cpus: ",
                      cpus.status().message()));
   }
-  options.local.cpus = *std::move(cpus);
-  options.local.count = absl::GetFlag(FLAGS_local_servers);
-  options.local.binary = absl::GetFlag(FLAGS_server_binary);
-  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options->local.cpus = *std::move(cpus);
+  options->local.count = absl::GetFlag(FLAGS_local_servers);
+  options->local.binary = absl::GetFlag(FLAGS_server_binary);
+  options->shared_memory = absl::GetFlag(FLAGS_shared_memory);
   absl::StatusOr<std::vector<stoker::client::ServerSpec>> servers =
       stoker::client::ParseServerList(server_list);
   if (!servers.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--servers: ", servers.status().message()));
   }
-  options.servers = *std::move(servers);
+  options->servers = *std::move(servers);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoaderOptions> ReadOptions() {
+  LoaderOptions options;
+  if (absl::Status s = ReadServers(&options); !s.ok()) return s;
   options.dataset = absl::GetFlag(FLAGS_dataset);
   if (options.dataset.empty()) {
     return absl::InvalidArgumentError("--dataset is required");

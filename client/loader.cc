@@ -684,19 +684,7 @@ int64_t Loader::RunRange(int endpoint, const Lease& lease, SharedPath* shared,
   absl::Status finish = reader.Finish();
   if (!reader.shared_refused().empty()) {
     shared->offer = false;
-    if (std::optional<std::string> line = warnings_.Next(
-            absl::StrCat("shared memory ", address), "refused",
-            absl::StrCat("server ", address, " is on this host but sends "
-                         "batches through the socket: ",
-                         reader.shared_refused()))) {
-      // A server that was not asked to (no --shared_memory) is no fault;
-      // one that could not use the region is.
-      if (absl::StrContains(reader.shared_refused(), "--shared_memory")) {
-        spdlog::info("{}", *line);
-      } else {
-        spdlog::warn("{}", *line);
-      }
-    }
+    NoteRefusal(address, reader.shared_refused());
   }
   FinishSlots(slots, !reader.shared_refused().empty(), shared);
   const bool stalled = streams_.Remove(watched);
@@ -718,6 +706,22 @@ int64_t Loader::RunRange(int endpoint, const Lease& lease, SharedPath* shared,
     *status = absl::UnavailableError("stream ended without a summary");
   }
   return next;
+}
+
+void Loader::NoteRefusal(const std::string& address,
+                         const std::string& reason) {
+  std::optional<std::string> line = warnings_.Next(
+      absl::StrCat("shared memory ", address), "refused",
+      absl::StrCat("server ", address, " is on this host but sends batches "
+                   "through the socket: ", reason));
+  if (!line.has_value()) return;
+  // A server that was not asked to (no --shared_memory) is no fault; one
+  // that could not use the region is.
+  if (absl::StrContains(reason, "--shared_memory")) {
+    spdlog::info("{}", *line);
+  } else {
+    spdlog::warn("{}", *line);
+  }
 }
 
 void Loader::FinishSlots(const SharedSlots& slots, bool refused,

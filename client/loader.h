@@ -283,6 +283,8 @@ class Loader : public BatchSource {
   // `*status`.
   int64_t RunRange(int endpoint, const Lease& lease, SharedPath* shared,
                    absl::Status* status);
+  // Logs once per server why it did not use the offered shared memory.
+  void NoteRefusal(const std::string& address, const std::string& reason);
   // After a stream: frees the slots it did not fill, or retires the
   // region when the server may still write into them.
   void FinishSlots(const SharedSlots& slots, bool refused,

@@ -348,6 +348,26 @@ void LocalServers::Child::Watch() {
 LocalServers::LocalServers(const LocalServerOptions& options)
     : options_(options) {}
 
+std::unique_ptr<LocalServers::Child> LocalServers::MakeChild(
+    const LocalServerOptions& options, const std::string& binary, int index,
+    const std::vector<int>& cpus) {
+  auto child = std::make_unique<Child>();
+  child->index = index;
+  child->binary = binary;
+  child->start_timeout = options.start_timeout;
+  child->flags = {"--host=127.0.0.1",
+                  absl::StrCat("--dataset=", options.dataset, "=",
+                               options.shards),
+                  absl::StrCat("--cpus=", common::FormatCpuList(cpus)),
+                  absl::StrCat("--threads=", cpus.size()),
+                  absl::StrCat("--control_fd=", kControlFd),
+                  "--drain_grace=1s", "--shared_memory",
+                  "--log_level=warn"};
+  child->flags.insert(child->flags.end(), options.flags.begin(),
+                      options.flags.end());
+  return child;
+}
+
 absl::StatusOr<std::unique_ptr<LocalServers>> LocalServers::Start(
     const LocalServerOptions& options) {
   if (options.dataset.empty() || options.shards.empty()) {
@@ -381,24 +401,10 @@ absl::StatusOr<std::unique_ptr<LocalServers>> LocalServers::Start(
   size_t first = 0;
   for (int i = 0; i < options.count; ++i) {
     const size_t n = per + (static_cast<size_t>(i) < extra ? 1 : 0);
-    const std::vector<int> mine(cpus.begin() + first,
-                                cpus.begin() + first + n);
+    servers->children_.push_back(MakeChild(
+        options, binary, i,
+        std::vector<int>(cpus.begin() + first, cpus.begin() + first + n)));
     first += n;
-    auto child = std::make_unique<Child>();
-    child->index = i;
-    child->binary = binary;
-    child->start_timeout = options.start_timeout;
-    child->flags = {"--host=127.0.0.1",
-                    absl::StrCat("--dataset=", options.dataset, "=",
-                                 options.shards),
-                    absl::StrCat("--cpus=", common::FormatCpuList(mine)),
-                    absl::StrCat("--threads=", mine.size()),
-                    absl::StrCat("--control_fd=", kControlFd),
-                    "--drain_grace=1s", "--shared_memory",
-                    "--log_level=warn"};
-    child->flags.insert(child->flags.end(), options.flags.begin(),
-                        options.flags.end());
-    servers->children_.push_back(std::move(child));
   }
   // Start them all, then wait for each: they index their shards at once.
   for (auto& child : servers->children_) {

@@ -90,6 +90,11 @@ class LocalServers {
  private:
   struct Child;
   explicit LocalServers(const LocalServerOptions& options);
+  // Server `index`, on `cpus`, not started yet.
+  static std::unique_ptr<Child> MakeChild(const LocalServerOptions& options,
+                                          const std::string& binary,
+                                          int index,
+                                          const std::vector<int>& cpus);
 
   const LocalServerOptions options_;
   std::vector<std::unique_ptr<Child>> children_;
