@@ -2,7 +2,8 @@
 # Real processes: stoker_server on shards packed by GNU tar, stoker_fetch
 # over two epochs (every key exactly once per epoch), then three servers with
 # two SIGKILLed (then SIGSTOPped) mid-epoch (same checksum as a single
-# server, every key once), then resume from a cursor.
+# server, every key once), then resume from a cursor, then local mode
+# (stoker_fetch starting its own server).
 set -euo pipefail
 
 . "${TEST_SRCDIR}/${TEST_WORKSPACE:-stoker}/tests/testing/processes.sh" processes
@@ -101,10 +102,32 @@ awk '{ print $2 }' "$tmp/keys3" > "$tmp/uninterrupted"
 cmp -s "$tmp/resumed" "$tmp/uninterrupted" || fail "resumed key order differs"
 echo "ok: resume from $cursor continues with exactly the remaining samples"
 
-# 4. Bad flags: clear error, exit 2.
+# 4. Local mode: stoker_fetch starts its own server (found next to it in the
+# runfiles, ../server/stoker_server) and gets the reference epoch, through
+# shared memory; nothing of it is left afterwards.
+"$fetch_bin" --local_shards="$tmp/gnu/*.tar" --local_cores=1 "${common[@]}" \
+  --server_binary="$server_bin" >"$tmp/local.out" 2>"$tmp/local.err" \
+  || fail "local fetch failed: $(cat "$tmp/local.err")"
+grep -q "^$reference\$" "$tmp/local.out" \
+  || fail "local mode checksum differs: $(grep checksum "$tmp/local.out")"
+grep -q 'shared_memory_batches=10$' "$tmp/local.out" \
+  || fail "local batches did not use shared memory: $(grep stages "$tmp/local.out")"
+# (stoker_fetch reaps its server before it exits; only it has --control_fd.)
+if pgrep -f -- "dataset=train=$tmp/gnu/.*--control_fd" >/dev/null; then
+  fail "a local server outlived stoker_fetch"
+fi
+echo "ok: local mode gives the same epoch through shared memory and stops its server"
+
+# 5. Bad flags: clear error, exit 2.
 if "$fetch_bin" --servers="nohost" --dataset=train 2>"$tmp/bad.err"; then
   fail "bad --servers accepted"
 fi
+if "$fetch_bin" --local_shards="$tmp/none-*.tar" --dataset=train \
+    --server_binary="$server_bin" 2>"$tmp/bad3.err"; then
+  fail "local shards matching nothing accepted"
+fi
+grep -q "no .tar shards match" "$tmp/bad3.err" \
+  || fail "unclear error: $(cat "$tmp/bad3.err")"
 grep -q "host:port" "$tmp/bad.err" || fail "unclear error: $(cat "$tmp/bad.err")"
 if "$server_bin" --dataset=nonsense 2>"$tmp/bad2.err"; then
   fail "bad --dataset accepted"
