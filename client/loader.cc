@@ -127,7 +127,8 @@ constexpr int kConsumerHeldBatches = 4;
 
 // Servers at these addresses share this host.
 bool IsLoopback(absl::string_view address) {
-  return absl::StartsWith(address, "127.") ||
+  return absl::StartsWith(address, "unix:") ||
+         absl::StartsWith(address, "127.") ||
          absl::StartsWith(address, "[::1]:") ||
          absl::StartsWith(address, "localhost:");
 }

@@ -60,6 +60,7 @@ absl::StatusOr<ServerSpec> ParseHostPort(absl::string_view entry,
 
 std::string ServerSpec::ToString() const {
   if (kind == Kind::kLocal) return "local";
+  if (kind == Kind::kUnix) return absl::StrCat("unix:", host);
   std::string hp = HostPort(host, port);
   return kind == Kind::kDns ? absl::StrCat("dns:///", hp) : hp;
 }
@@ -85,12 +86,24 @@ absl::StatusOr<std::vector<ServerSpec>> ParseServerList(absl::string_view text) 
     }
     ServerSpec::Kind kind = ServerSpec::Kind::kStatic;
     absl::string_view rest = entry;
+    if (absl::ConsumePrefix(&rest, "unix:")) {
+      // gRPC's forms: unix:relative/path, unix:/abs/path, unix:///abs/path.
+      if (absl::StartsWith(rest, "//")) rest.remove_prefix(2);
+      if (rest.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("server '", entry, "': unix: needs a socket path"));
+      }
+      specs.push_back(ServerSpec{.kind = ServerSpec::Kind::kUnix,
+                                 .host = std::string(rest)});
+      continue;
+    }
     if (absl::ConsumePrefix(&rest, "dns:///")) {
       kind = ServerSpec::Kind::kDns;
     } else if (absl::StrContains(entry, "://")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "server '", entry,
-          "': only host:port, dns:///name:port and local are supported"));
+          "': only host:port, dns:///name:port, unix:PATH and local are "
+          "supported"));
     }
     absl::StatusOr<ServerSpec> spec = ParseHostPort(rest, entry);
     if (!spec.ok()) return spec.status();
@@ -104,6 +117,9 @@ absl::StatusOr<std::vector<ServerSpec>> ParseServerList(absl::string_view text) 
 }
 
 absl::StatusOr<std::vector<std::string>> Resolve(const ServerSpec& spec) {
+  if (spec.kind == ServerSpec::Kind::kUnix) {
+    return std::vector<std::string>{spec.ToString()};
+  }
   if (spec.kind == ServerSpec::Kind::kLocal) {
     return absl::FailedPreconditionError(
         "'local' names servers this host starts (client/local_servers.h); "

@@ -4,8 +4,9 @@
 // Parsing and resolving the --servers list: comma-separated entries, each
 // "host:port" (used as is), "dns:///name:port" (re-resolved periodically;
 // every address the name has is one server, which is what a Kubernetes
-// headless Service gives) or "local" (servers the loader starts on this
-// host, see client/local_servers.h; at most once).
+// headless Service gives), "unix:PATH" (a server's --unix_socket on this
+// host) or "local" (servers the loader starts on this host, see
+// client/local_servers.h; at most once).
 
 #include <string>
 #include <vector>
@@ -16,12 +17,13 @@
 namespace stoker::client {
 
 struct ServerSpec {
-  enum class Kind { kStatic, kDns, kLocal };
+  enum class Kind { kStatic, kDns, kLocal, kUnix };
   Kind kind = Kind::kStatic;
-  std::string host;  // host name or address (IPv6 without brackets)
+  // Host name or address (IPv6 without brackets); kUnix: the socket path.
+  std::string host;
   int port = 0;
 
-  // "host:port", "[v6]:port", "dns:///name:port" or "local".
+  // "host:port", "[v6]:port", "dns:///name:port", "unix:PATH" or "local".
   std::string ToString() const;
 };
 

@@ -140,6 +140,11 @@ ABSL_FLAG(std::string, cpus, "",
           "If set, a CPU list such as 0-3,6: the server runs only on those "
           "CPUs (sched_setaffinity), and --threads=0 means one worker per "
           "CPU in it.");
+ABSL_FLAG(std::string, unix_socket, "",
+          "Also serve on this Unix domain socket, in plaintext (its file "
+          "permissions guard it; tokens still apply), for clients on this "
+          "host such as a sidecar's: --servers=unix:PATH. A stale socket "
+          "file is replaced; the file is removed at shutdown.");
 ABSL_FLAG(bool, shared_memory, false,
           "Assemble batches straight into the shared memory of clients on "
           "this host that offer it (same user, same PID namespace), so only "
@@ -216,6 +221,7 @@ absl::Status ReadListening(Config* config) {
   }
   config->server.listen_address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
+  config->server.unix_socket = absl::GetFlag(FLAGS_unix_socket);
   config->server.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   config->server.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   config->server.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

@@ -1,7 +1,13 @@
 #include "server/server.h"
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -62,6 +68,37 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
   return grpc::experimental::TlsServerCredentials(options);
 }
 
+// Makes `path` free for a Unix socket: nothing there, or a stale socket
+// (nobody accepts on it), which is removed. FAILED_PRECONDITION if a server
+// listens there or the path is something else.
+absl::Status FreeUnixSocketPath(const std::string& path) {
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--unix_socket must be a path of 1 to ", sizeof(address.sun_path) - 1,
+        " bytes, got '", path, "'"));
+  }
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--unix_socket: '", path, "' exists and is no socket"));
+  }
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool listening =
+      probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&address),
+                            sizeof(address)) == 0;
+  if (probe >= 0) close(probe);
+  if (listening) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--unix_socket: a server already listens on '", path, "'"));
+  }
+  unlink(path.c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 StokerServer::StokerServer(std::unique_ptr<DataService> service,
@@ -83,6 +120,14 @@ absl::StatusOr<std::unique_ptr<StokerServer>> StokerServer::Start(
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen_address, *credentials, &port);
+  if (!options.unix_socket.empty()) {
+    if (absl::Status s = FreeUnixSocketPath(options.unix_socket); !s.ok()) {
+      return s;
+    }
+    builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket),
+                             grpc::InsecureServerCredentials());
+    server->unix_socket_ = options.unix_socket;
+  }
   builder.RegisterService(&server->grpc_service_);
   // gRPC sets SO_REUSEPORT by default, so a second server on a busy port
   // would start and take half of the connections.
@@ -93,9 +138,12 @@ absl::StatusOr<std::unique_ptr<StokerServer>> StokerServer::Start(
   builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.listen_address,
-                     " (address in use or invalid?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.listen_address,
+        options.unix_socket.empty() ? ""
+                                    : absl::StrCat(" and unix:",
+                                                   options.unix_socket),
+        " (address in use or invalid?)"));
   }
   server->port_ = port;
   if (!options.health_address.empty()) {
@@ -161,6 +209,7 @@ void StokerServer::ShutdownWithin(absl::Duration grace) {
   }
   if (health_server_ != nullptr) health_server_->Shutdown();
   service_->Stop();
+  if (!unix_socket_.empty()) unlink(unix_socket_.c_str());
 }
 
 void StokerServer::Wait() {

@@ -42,6 +42,12 @@ struct ServerOptions {
   absl::Duration shutdown_grace = absl::Seconds(2);
   GrpcServiceOptions grpc;
   ServerTlsOptions tls;
+  // If set, the data service also listens on this Unix domain socket, in
+  // plaintext (the file's permissions guard it; tokens still apply): for
+  // clients on the same host, e.g. a sidecar, which may then use shared
+  // memory (--shared_memory). A stale socket file (nobody listening) is
+  // replaced; the file is removed at shutdown.
+  std::string unix_socket;
   // host:port of a plaintext port that serves only grpc.health.v1.Health
   // (Kubernetes' grpc probes cannot speak TLS); empty: none. Port 0 picks
   // one (health_port()).
@@ -88,6 +94,8 @@ class StokerServer {
   const absl::Duration grace_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // ServerOptions::unix_socket, removed at shutdown ("" if none).
+  std::string unix_socket_;
   // Health only, plaintext (ServerOptions::health_address); may be null.
   grpc::CallbackGenericService unimplemented_;
   std::unique_ptr<grpc::Server> health_server_;

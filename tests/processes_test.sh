@@ -118,6 +118,34 @@ if pgrep -f -- "dataset=train=$tmp/gnu/.*--control_fd" >/dev/null; then
 fi
 echo "ok: local mode gives the same epoch through shared memory and stops its server"
 
+# A server on this host reached over its Unix socket (e.g. a sidecar's) with
+# --shared_memory: the same epoch, through shared memory; a stale socket file
+# is replaced, and the file goes with the server.
+# (Socket paths are short: a folder of its own in /tmp, removed on exit.)
+sockdir="$(mktemp -d /tmp/stoker-sock.XXXXXX)"
+trap 'cleanup; rm -rf "$sockdir"' EXIT
+sock="$sockdir/s"
+python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" \
+  "$sock"  # bound and closed: a stale socket file
+launch_server "$tmp/unix.log" --port=0 --threads=1 \
+  --dataset="train=$tmp/gnu/*.tar" --unix_socket="$sock" --shared_memory
+unix_pid=$pid
+"$fetch_bin" --servers="unix:$sock" "${common[@]}" >"$tmp/unix.out" \
+  || fail "fetch over the Unix socket failed"
+grep -q "^$reference\$" "$tmp/unix.out" || fail "Unix socket checksum differs"
+grep -q 'shared_memory_batches=10$' "$tmp/unix.out" \
+  || fail "no shared memory over the Unix socket: $(grep stages "$tmp/unix.out")"
+if "$server_bin" --port=0 --dataset="train=$tmp/gnu/*.tar" \
+    --unix_socket="$sock" >"$tmp/unix2.err" 2>&1; then
+  fail "a second server took a Unix socket in use"
+fi
+grep -q "already listens" "$tmp/unix2.err" \
+  || fail "unclear error: $(cat "$tmp/unix2.err")"
+kill -TERM "$unix_pid"
+wait "$unix_pid" || true
+[ ! -e "$sock" ] || fail "the Unix socket file outlived its server"
+echo "ok: a server's Unix socket with --shared_memory gives the same epoch"
+
 # 5. Bad flags: clear error, exit 2.
 if "$fetch_bin" --servers="nohost" --dataset=train 2>"$tmp/bad.err"; then
   fail "bad --servers accepted"

@@ -148,7 +148,6 @@ TEST_F(ServerListTest, RejectsUnknownSchemes) {
   ExpectInvalid("a:1,http://host:80", "http://host:80");
   ExpectInvalid("ipv4:///1.2.3.4:5", "ipv4:///1.2.3.4:5");
   ExpectInvalid("dns://authority/name:5", "dns://authority/name:5");
-  ExpectInvalid("unix:///tmp/socket", "unix:///tmp/socket");
 }
 
 TEST_F(ServerListTest, ResolvingStaticSpecYieldsItself) {
@@ -211,6 +210,21 @@ TEST_F(ServerListTest, LocalIsAnEntryOfItsOwnAndHasNoAddress) {
       ParseServerList("local,local");
   ASSERT_FALSE(twice.ok());
   EXPECT_THAT(twice.status().message(), HasSubstr("twice"));
+}
+
+TEST_F(ServerListTest, UnixSocketsInGrpcsForms) {
+  absl::StatusOr<std::vector<ServerSpec>> specs =
+      ParseServerList("unix:/run/stoker.sock,unix:///run/b.sock,unix:rel.sock");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 3u);
+  EXPECT_EQ((*specs)[0].kind, ServerSpec::Kind::kUnix);
+  EXPECT_EQ((*specs)[0].ToString(), "unix:/run/stoker.sock");
+  EXPECT_EQ((*specs)[1].ToString(), "unix:/run/b.sock");
+  EXPECT_EQ((*specs)[2].ToString(), "unix:rel.sock");
+  absl::StatusOr<std::vector<std::string>> addresses = Resolve((*specs)[0]);
+  ASSERT_TRUE(addresses.ok());
+  EXPECT_THAT(*addresses, ElementsAre("unix:/run/stoker.sock"));
+  EXPECT_FALSE(ParseServerList("unix:").ok());
 }
 
 TEST_F(ServerListTest, UnresolvableNameIsUnavailable) {

@@ -72,7 +72,8 @@ def _servers_arg(servers: object) -> str:
     else:
         raise _invalid(
             "servers must be a string 'host:port,...' (as stoker_fetch "
-            f"--servers) or a list of such strings, got {servers!r}")
+            "--servers: host:port, dns:///name:port, unix:PATH, local) or a "
+            f"list of such strings, got {servers!r}")
     if not text.strip():
         raise _invalid("servers is empty; give at least one host:port or "
                        "dns:///name:port")
@@ -403,8 +404,9 @@ class Loader:
 
     Args:
       servers: "host:port", "dns:///name:port" (every address of the name is
-        a server, re-resolved periodically), "local" (servers this loader
-        starts, see shards), a comma-separated list of those (as
+        a server, re-resolved periodically), "unix:PATH" (a server's
+        --unix_socket on this host), "local" (servers this loader starts,
+        see shards), a comma-separated list of those (as
         stoker_fetch --servers) or a Python list of them. Default: "local"
         when shards are given.
       dataset: the dataset name the servers were started with
