@@ -8,7 +8,8 @@
 #      batch_ops_gpu_test, host_replay_gpu_test);
 #   2. device_bench: pinned copy vs plain cudaMemcpy, the conversion kernel
 #      vs the device's memory bandwidth, the synthetic consumer's wait;
-#   3. the Python GPU tests (tests/python/loader_gpu_test.py) and the CPU
+#   3. the Python GPU tests (tests/python/loader_gpu_test.py, local servers
+#      and shared memory on CUDA included) and the CPU
 #      ones (loader_test.py) with PY's torch;
 #   4. bench/gpu_train.py for each model on a real-photo corpus written by
 #      tools/photo_shards.py from the bundle's photos.
@@ -49,6 +50,8 @@ for b in "$bundle"/bin/*; do
   chmod +x "$work/bin/$(basename "$b")"
 done
 export STOKER_SERVER_BIN="$work/bin/stoker_server"
+# What stoker.Loader's local servers run (the bundle has no Bazel layout).
+export STOKER_SERVER="$STOKER_SERVER_BIN"
 export STOKER_FETCH_BIN="$work/bin/stoker_fetch"
 export STOKER_SHARDS_BIN="$work/bin/make_sample_shards"
 export TEST_TMPDIR="$work/tmp"
@@ -91,6 +94,8 @@ check loader_gpu_test.py "$out/loader_gpu_test.txt" \
   timeout 300 "$py" tests/python/loader_gpu_test.py
 check loader_test.py "$out/loader_test.txt" \
   timeout 300 "$py" tests/python/loader_test.py
+check local_test.py "$out/local_test.txt" \
+  timeout 300 "$py" tests/python/local_test.py
 
 wait "$corpus" || { echo "corpus failed:"; cat "$out/corpus.txt"; exit 1; }
 for model in ${models//,/ }; do

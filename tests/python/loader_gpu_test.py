@@ -1,6 +1,7 @@
 """stoker.Loader with device="cuda" (Bazel tag "gpu": needs a CUDA GPU and a
 CUDA build of PyTorch; fails, rather than skips, without them)."""
 
+import os
 import unittest
 
 import torch
@@ -12,15 +13,16 @@ BATCH = 16
 TRANSFORM = "RandomResizedCrop(224)|RandomHorizontalFlip()"
 
 SERVER = None
+GLOB = None
 
 
 def setUpModule():
-    global SERVER
+    global SERVER, GLOB
     if not torch.cuda.is_available():
         raise RuntimeError("loader_gpu_test needs a CUDA GPU and a CUDA build "
                            "of PyTorch (run it only with the 'gpu' tag)")
-    glob, _ = st.make_shards("gpu_shards")
-    SERVER = st.Server(glob, threads=2)
+    GLOB, _ = st.make_shards("gpu_shards")
+    SERVER = st.Server(GLOB, threads=2)
 
 
 def tearDownModule():
@@ -65,6 +67,29 @@ class LoaderGpuTest(unittest.TestCase):
                     self.assertTrue(
                         images.is_contiguous(memory_format=memory_format))
                     got.append((images.cpu(), labels.cpu()))
+                self.assertEqual(len(got), len(reference))
+                for (a, b), (c, d) in zip(got, reference):
+                    self.assertTrue(torch.equal(a, c))
+                    self.assertTrue(torch.equal(b, d))
+
+    def test_local_servers_through_page_locked_shared_memory(self):
+        # The regions are cudaHostRegister'ed: the copy to the GPU reads the
+        # slot the server wrote, and the batches equal the socket path's.
+        for dtype, channels_last in ((torch.bfloat16, True),
+                                     (torch.uint8, False)):
+            with self.subTest(dtype=dtype, channels_last=channels_last):
+                reference = cpu_reference(dtype=dtype,
+                                          channels_last=channels_last)
+                with stoker.Loader(dataset="train", shards=GLOB,
+                                   batch_size=BATCH, transform=TRANSFORM,
+                                   seed=7, device="cuda:0", dtype=dtype,
+                                   channels_last=channels_last,
+                                   server_binary=os.environ[
+                                       "STOKER_SERVER_BIN"]) as loader:
+                    got = [(x.cpu(), y.cpu()) for x, y in loader]
+                    stats = loader.stats()
+                self.assertEqual(stats["shared_memory_batches"],
+                                 stats["received_batches"])
                 self.assertEqual(len(got), len(reference))
                 for (a, b), (c, d) in zip(got, reference):
                     self.assertTrue(torch.equal(a, c))

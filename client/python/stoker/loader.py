@@ -357,9 +357,11 @@ class Loader:
     (float32 (N, num_classes) soft targets with MixUp / CutMix). With
     ``fields`` it yields a dict of the named fields instead (see Fields
     below).
-    Every yielded tensor is the caller's own, allocated by torch (on CUDA
-    through its caching allocator): keep as many as you like, e.g.
-    ``list(loader)``; they cost only their memory.
+    Every yielded tensor is the caller's own (on CUDA allocated through
+    torch's caching allocator; on the CPU the images are host memory the
+    loader reuses once a batch's tensor is freed, up to 768 MiB kept, so a
+    new batch does not page-fault its memory in): keep as many as you like,
+    e.g. ``list(loader)``; they cost only their memory.
 
     Epochs (like DistributedSampler): every ``iter(loader)`` starts a new
     epoch. ``set_epoch(e)`` makes the next iteration epoch ``e``; without
