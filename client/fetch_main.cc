@@ -50,6 +50,9 @@ ABSL_FLAG(std::string, local_cpus, "",
           "--local_cores.");
 ABSL_FLAG(int, local_servers, 1,
           "Local server processes sharing those CPUs.");
+ABSL_FLAG(std::vector<std::string>, local_server_flags, {},
+          "More stoker_server flags for local servers, comma-separated, e.g. "
+          "--local_server_flags=--s3_endpoint=http://minio:9000.");
 ABSL_FLAG(bool, shared_memory, true,
           "Offer servers on this host shared memory for the batches (no "
           "socket copy); see LoaderOptions::shared_memory.");
@@ -151,6 +154,7 @@ absl::Status ReadServers(LoaderOptions* options) {
   options->local.cpus = *std::move(cpus);
   options->local.count = absl::GetFlag(FLAGS_local_servers);
   options->local.binary = absl::GetFlag(FLAGS_server_binary);
+  options->local.flags = absl::GetFlag(FLAGS_local_server_flags);
   options->shared_memory = absl::GetFlag(FLAGS_shared_memory);
   absl::StatusOr<std::vector<stoker::client::ServerSpec>> servers =
       stoker::client::ParseServerList(server_list);

@@ -289,6 +289,7 @@ struct Settings {
   std::vector<int> local_cpus;
   int local_servers = 1;
   std::string server_binary;
+  std::vector<std::string> server_flags;
   // Offer servers on this host shared memory (LoaderOptions).
   bool shared_memory = true;
   int batch_size = 256;
@@ -373,6 +374,7 @@ Configured ToOptions(const Settings& s) {
   }
   l.local.count = s.local_servers;
   l.local.binary = s.server_binary;
+  l.local.flags = s.server_flags;
   l.shared_memory = s.shared_memory;
   if (s.dataset.empty()) ThrowInvalid("dataset must be a non-empty name");
   l.dataset = s.dataset;
@@ -782,6 +784,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def_readwrite("local_cpus", &Settings::local_cpus)
       .def_readwrite("local_servers", &Settings::local_servers)
       .def_readwrite("server_binary", &Settings::server_binary)
+      .def_readwrite("server_flags", &Settings::server_flags)
       .def_readwrite("shared_memory", &Settings::shared_memory)
       .def_readwrite("batch_size", &Settings::batch_size)
       .def_readwrite("transform", &Settings::transform)

@@ -208,6 +208,19 @@ class LocalServersTest(unittest.TestCase):
             loader.close()
         self.assertEqual(server_children(os.getpid()), [])
 
+    def test_the_only_local_server_killed_mid_epoch_comes_back(self):
+        # No other server: the epoch goes on once it is started again.
+        with local_loader(batch_size=4, prefetch=2,
+                          batches_per_request=1) as loader:
+            (first,) = server_children(os.getpid())
+            keys = []
+            for i, (_, _, info) in enumerate(loader.iter_with_info()):
+                keys.extend(info["keys"])
+                if i == 2:
+                    os.kill(first, signal.SIGKILL)
+            self.assertEqual(sorted(keys), sorted(LABELS))
+            self.assertGreaterEqual(loader.stats()["stream_failures"], 1)
+
     def test_hybrid_survives_the_remote_server_dying_mid_epoch(self):
         remote = st.Server(GLOB)
         try:
@@ -245,6 +258,10 @@ class LocalServersTest(unittest.TestCase):
             stoker.Loader("local", "train", device="cpu")
         with self.assertRaisesRegex(ValueError, "shards are for local"):
             stoker.Loader("127.0.0.1:1", "train", shards=GLOB, device="cpu")
+        with self.assertRaisesRegex(ValueError, "server_flags"):
+            local_loader(server_flags="--threads=1")
+        with self.assertRaisesRegex(Exception, "exited before listening"):
+            local_loader(server_flags=["--max_image_pixels=0"])
         with self.assertRaisesRegex(ValueError, "number of local servers"):
             local_loader(local_servers=2, local_cores=1)
         self.assertEqual(server_children(os.getpid()), [])

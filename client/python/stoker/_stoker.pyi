@@ -88,6 +88,7 @@ class Settings:
     local_cpus: list[int]
     local_servers: int
     server_binary: str
+    server_flags: list[str]
     shared_memory: bool
     batch_size: int
     transform: str

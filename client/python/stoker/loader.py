@@ -101,7 +101,7 @@ def _server_binary() -> str:
 
 def _local_args(settings: _stoker.Settings, shards: object,
                 local_cores: object, local_servers: object,
-                server_binary: object) -> None:
+                server_binary: object, server_flags: object) -> None:
     local = "local" in [s.strip() for s in settings.servers.split(",")]
     if not local:
         if shards is not None:
@@ -135,6 +135,11 @@ def _local_args(settings: _stoker.Settings, shards: object,
         raise _invalid(f"local_cores must be a number of CPUs, a list of CPU "
                        f"numbers or None, got {local_cores!r}")
     settings.local_servers = _int_arg("local_servers", local_servers, 1)
+    if not isinstance(server_flags, (list, tuple)) or not all(
+            isinstance(f, str) and f.startswith("--") for f in server_flags):
+        raise _invalid(f"server_flags must be a list of --flag=value "
+                       f"strings, got {server_flags!r}")
+    settings.server_flags = [str(f) for f in server_flags]
     if server_binary is None:
         settings.server_binary = _server_binary()
     elif isinstance(server_binary, (str, os.PathLike)):
@@ -427,6 +432,10 @@ class Loader:
         more give each other a failover).
       server_binary: the stoker_server program for local servers; default
         $STOKER_SERVER, the one installed with this package, or PATH.
+      server_flags: more stoker_server flags for local servers, e.g.
+        ["--s3_endpoint=http://minio:9000", "--max_memory_bytes=8e9"] (see
+        stoker_server --help); credentials come from this process's
+        environment, which they inherit.
       shared_memory: offer servers on this host (local servers, or one
         started with --shared_memory) shared memory for the batches: they
         assemble them straight into this process's memory and nothing is
@@ -600,6 +609,7 @@ class Loader:
                  local_cores: int | Sequence[int] | None = None,
                  local_servers: int = 1,
                  server_binary: str | os.PathLike[str] | None = None,
+                 server_flags: Sequence[str] = (),
                  shared_memory: bool = True) -> None:
         self._pipeline: _stoker.Pipeline | None = None
         settings = _stoker.Settings()
@@ -610,7 +620,7 @@ class Loader:
             servers = "local"
         settings.servers = _servers_arg(servers)
         _local_args(settings, shards, local_cores, local_servers,
-                    server_binary)
+                    server_binary, server_flags)
         settings.shared_memory = bool(shared_memory)
         if dataset is None:
             raise _invalid("dataset is required: the dataset's name on the "
