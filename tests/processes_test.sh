@@ -113,9 +113,12 @@ grep -q "^$reference\$" "$tmp/local.out" \
 grep -q 'shared_memory_batches=10$' "$tmp/local.out" \
   || fail "local batches did not use shared memory: $(grep stages "$tmp/local.out")"
 # (stoker_fetch reaps its server before it exits; only it has --control_fd.)
-if pgrep -f -- "dataset=train=$tmp/gnu/.*--control_fd" >/dev/null; then
-  fail "a local server outlived stoker_fetch"
-fi
+for cmdline in /proc/[0-9]*/cmdline; do
+  c="$(tr '\0' ' ' <"$cmdline" 2>/dev/null || true)"
+  if [[ "$c" == *"--control_fd"* && "$c" == *"=train=$tmp/gnu/"* ]]; then
+    fail "a local server outlived stoker_fetch: $c"
+  fi
+done
 echo "ok: local mode gives the same epoch through shared memory and stops its server"
 
 # A server on this host reached over its Unix socket (e.g. a sidecar's) with
