@@ -1,0 +1,235 @@
+#include "server/image_folder.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/parallel.h"
+
+namespace stoker::server {
+namespace {
+
+constexpr const char* kExtensions[] = {".jpg", ".jpeg", ".png",
+                                       ".ppm", ".bmp",  ".pgm",
+                                       ".tif", ".tiff", ".webp"};
+
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int more;
+    uint32_t code;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      more = 1;
+      code = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      more = 2;
+      code = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      more = 3;
+      code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + static_cast<size_t>(more) >= s.size()) return false;  // cut short
+    for (int k = 1; k <= more; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      code = (code << 6) | (d & 0x3f);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (code < kMin[more] || code > 0x10ffff ||
+        (code >= 0xd800 && code <= 0xdfff)) {
+      return false;
+    }
+    i += more + 1;
+  }
+  return true;
+}
+
+struct Entry {
+  std::string name;
+  bool is_dir = false;  // following links, like os.DirEntry.is_dir()
+};
+
+// The entries of `dir` but "." and ".."; an error for an unreadable folder.
+absl::StatusOr<std::vector<Entry>> ReadFolder(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read '", dir, "'"));
+  }
+  std::vector<Entry> entries;
+  while (dirent* e = readdir(d)) {
+    const absl::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    Entry entry{std::string(name)};
+    struct stat st;
+    entry.is_dir = stat(absl::StrCat(dir, "/", name).c_str(), &st) == 0 &&
+                   S_ISDIR(st.st_mode);
+    entries.push_back(std::move(entry));
+  }
+  closedir(d);
+  return entries;
+}
+
+// One class folder's walk (os.walk(top, followlinks=True), then sorted).
+struct ClassWalk {
+  std::vector<FolderSample> samples;
+  std::vector<FolderListing::Note> notes;
+};
+
+// `root` is the dataset root's (device, inode): a link back to it is a loop
+// too.
+void WalkClass(const std::string& top, int32_t label,
+               std::pair<dev_t, ino_t> root, ClassWalk* out) {
+  // (folder path, its files) for every folder reached, then sorted by path
+  // as `sorted(os.walk(...))` does.
+  std::vector<std::pair<std::string, std::vector<std::string>>> folders;
+  struct Pending {
+    std::string path;
+    std::vector<std::pair<dev_t, ino_t>> ancestors;
+  };
+  std::vector<Pending> stack = {{top, {root}}};
+  while (!stack.empty()) {
+    Pending at = std::move(stack.back());
+    stack.pop_back();
+    struct stat st;
+    if (stat(at.path.c_str(), &st) != 0) continue;
+    const std::pair<dev_t, ino_t> id = {st.st_dev, st.st_ino};
+    if (std::find(at.ancestors.begin(), at.ancestors.end(), id) !=
+        at.ancestors.end()) {
+      out->notes.push_back({at.path, "a link back to a folder above it: "
+                                     "not followed"});
+      continue;
+    }
+    absl::StatusOr<std::vector<Entry>> entries = ReadFolder(at.path);
+    if (!entries.ok()) {
+      // os.walk ignores folders it cannot list.
+      out->notes.push_back({at.path, std::string(entries.status().message())});
+      continue;
+    }
+    at.ancestors.push_back(id);
+    std::vector<std::string> files;
+    for (Entry& e : *entries) {
+      const std::string path = absl::StrCat(at.path, "/", e.name);
+      if (!IsUtf8(e.name)) {
+        out->notes.push_back({path, "name is not UTF-8: left out"});
+        continue;
+      }
+      if (e.is_dir) {
+        stack.push_back({path, at.ancestors});
+      } else {
+        files.push_back(std::move(e.name));
+      }
+    }
+    std::sort(files.begin(), files.end());
+    folders.emplace_back(std::move(at.path), std::move(files));
+  }
+  std::sort(folders.begin(), folders.end());
+  for (const auto& [folder, files] : folders) {
+    for (const std::string& file : files) {
+      if (!HasImageFolderExtension(file)) continue;
+      FolderSample sample;
+      sample.path = absl::StrCat(folder, "/", file);
+      sample.label = label;
+      struct stat st;
+      if (stat(sample.path.c_str(), &st) != 0) {
+        sample.defect = absl::StrCat("cannot stat: ", std::strerror(errno));
+      } else if (!S_ISREG(st.st_mode)) {
+        sample.defect = "not a regular file";
+      } else if (access(sample.path.c_str(), R_OK) != 0) {
+        sample.defect = absl::StrCat("not readable: ", std::strerror(errno));
+      } else {
+        sample.size = st.st_size;
+        sample.mtime_ns =
+            int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+      }
+      out->samples.push_back(std::move(sample));
+    }
+  }
+}
+
+}  // namespace
+
+bool HasImageFolderExtension(absl::string_view name) {
+  for (const char* ext : kExtensions) {
+    if (absl::EndsWithIgnoreCase(name, ext)) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<FolderListing> ListImageFolder(const std::string& root,
+                                              int threads) {
+  std::string base = root;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  struct stat st;
+  if (stat(base.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("'", root, "' does not exist"));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", root, "' is not a folder"));
+  }
+  absl::StatusOr<std::vector<Entry>> entries = ReadFolder(base);
+  if (!entries.ok()) return entries.status();
+  FolderListing listing;
+  for (const Entry& e : *entries) {
+    if (!e.is_dir) continue;
+    if (!IsUtf8(e.name)) {
+      listing.notes.push_back({absl::StrCat(base, "/", e.name),
+                               "class folder name is not UTF-8: left out"});
+      continue;
+    }
+    listing.classes.push_back(e.name);
+  }
+  if (listing.classes.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "'", root, "' holds no class folder (ImageFolder: root/<class>/"
+        "<image>)"));
+  }
+  std::sort(listing.classes.begin(), listing.classes.end());
+  std::vector<ClassWalk> walks(listing.classes.size());
+  common::ParallelFor(walks.size(), std::max(1, threads), [&](size_t c) {
+    WalkClass(absl::StrCat(base, "/", listing.classes[c]),
+              static_cast<int32_t>(c), {st.st_dev, st.st_ino}, &walks[c]);
+  });
+  for (size_t c = 0; c < walks.size(); ++c) {
+    if (walks[c].samples.empty()) {
+      listing.notes.push_back({absl::StrCat(base, "/", listing.classes[c]),
+                               "class folder without images"});
+    }
+    for (FolderSample& s : walks[c].samples) {
+      if (!s.defect.empty()) ++listing.defective;
+      listing.samples.push_back(std::move(s));
+    }
+    for (FolderListing::Note& n : walks[c].notes) {
+      listing.notes.push_back(std::move(n));
+    }
+  }
+  if (listing.samples.empty()) {
+    std::vector<std::string> first;
+    for (size_t i = 0; i < listing.notes.size() && i < 3; ++i) {
+      first.push_back(
+          absl::StrCat(listing.notes[i].path, ": ", listing.notes[i].reason));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "'", root, "' holds no image (", absl::StrJoin(first, "; "), ")"));
+  }
+  return listing;
+}
+
+}  // namespace stoker::server
