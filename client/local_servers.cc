@@ -89,7 +89,13 @@ absl::StatusOr<std::string> FindServerBinary() {
     for (const std::string& candidate :
          {absl::StrCat(dir, "/stoker_server"),
           absl::StrCat(dir, "/../server/stoker_server")}) {
-      if (IsExecutable(candidate)) return candidate;
+      if (IsExecutable(candidate)) {
+        // Without the "..", for the messages that name it.
+        char* resolved = realpath(candidate.c_str(), nullptr);
+        std::string path = resolved != nullptr ? resolved : candidate;
+        std::free(resolved);
+        return path;
+      }
       looked.push_back(candidate);
     }
   }
