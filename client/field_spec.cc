@@ -1,5 +1,8 @@
 #include "client/field_spec.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -173,6 +176,46 @@ std::vector<v1::FieldSpec> FieldSpecs(const std::vector<ParsedField>& fields) {
   std::vector<v1::FieldSpec> specs;
   for (const ParsedField& f : fields) specs.push_back(f.spec);
   return specs;
+}
+
+absl::StatusOr<size_t> FieldPayloadBytes(
+    const std::vector<v1::FieldSpec>& fields,
+    const v1::TransformPipeline& transform, int batch_size,
+    size_t bytes_value_bytes) {
+  const size_t batch = static_cast<size_t>(batch_size);
+  size_t bytes = 0;
+  // Masks have the first image field's size.
+  size_t mask_pixels = 0;
+  for (const v1::FieldSpec& field : fields) {
+    switch (field.role()) {
+      case v1::FIELD_ROLE_IMAGE: {
+        absl::StatusOr<std::pair<int, int>> size = image::OutputSize(
+            field.transform().steps().empty() ? transform : field.transform());
+        if (!size.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("fields: field '", field.name(),
+                           "': transform: ", size.status().message()));
+        }
+        const size_t pixels = static_cast<size_t>(size->first) * size->second;
+        if (mask_pixels == 0) mask_pixels = pixels;
+        bytes += batch * std::max(1, static_cast<int>(field.repeats())) *
+                 pixels * 3;
+        break;
+      }
+      case v1::FIELD_ROLE_BYTES:
+        bytes += batch * bytes_value_bytes;
+        break;
+      default:
+        break;
+    }
+  }
+  for (const v1::FieldSpec& field : fields) {
+    if (field.role() == v1::FIELD_ROLE_MASK) {
+      bytes += batch * mask_pixels *
+               std::max(1, static_cast<int>(field.channels()));
+    }
+  }
+  return bytes;
 }
 
 }  // namespace stoker::client

@@ -50,6 +50,17 @@ std::vector<v1::FieldSpec> FieldSpecs(const std::vector<ParsedField>& fields);
 // parses back to the same specs. Part of a loader's plan identity.
 std::string FormatFields(const std::vector<v1::FieldSpec>& specs);
 
+// The payload of a full batch of `batch_size` samples of `fields` (see
+// server/sample_fields.h): every image field (its own transform's output
+// size, or `transform`'s; times its repeats), every mask (the first image
+// field's size, times its channels), and `bytes_value_bytes` per value of
+// each bytes field. INVALID_ARGUMENT naming an image field whose pipeline
+// has no fixed output size.
+absl::StatusOr<size_t> FieldPayloadBytes(
+    const std::vector<v1::FieldSpec>& fields,
+    const v1::TransformPipeline& transform, int batch_size,
+    size_t bytes_value_bytes);
+
 }  // namespace stoker::client
 
 #endif  // STOKER_CLIENT_FIELD_SPEC_H_

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/connection_set.h"
+#include "client/field_spec.h"
 #include "client/plan_id.h"
 #include "client/stream_reader.h"
 #include "common/epoch_plan.h"
@@ -357,13 +358,20 @@ absl::Status Loader::SetPlan(const v1::GetDatasetInfoResponse& reference) {
   if (!plan.ok()) return plan.status();
   num_batches_ = plan->num_batches();
   plan_id_ = ComputePlanId(IdentityOf(options_, fingerprint_));
-  if (options_.shared_memory && options_.fields.empty()) {
-    absl::StatusOr<std::pair<int, int>> size =
-        image::OutputSize(options_.transform, image::kClientTransformChecks);
-    if (size.ok()) {
-      shared_slot_bytes_ = static_cast<size_t>(options_.batch_size) *
-                           size->first * size->second * 3;
-    }
+  // Shared-memory slots hold a full batch's payload. Bytes fields have no
+  // fixed size: such requests use the socket.
+  const bool bytes_fields =
+      std::any_of(options_.fields.begin(), options_.fields.end(),
+                  [](const v1::FieldSpec& f) {
+                    return f.role() == v1::FIELD_ROLE_BYTES;
+                  });
+  if (options_.shared_memory && !bytes_fields) {
+    // A classic request is one image field.
+    std::vector<v1::FieldSpec> fields = options_.fields;
+    if (fields.empty()) fields.emplace_back().set_role(v1::FIELD_ROLE_IMAGE);
+    absl::StatusOr<size_t> payload = FieldPayloadBytes(
+        fields, options_.transform, options_.batch_size, 0);
+    if (payload.ok()) shared_slot_bytes_ = *payload;
   }
 
   absl::MutexLock lock(&delivery_mu_);

@@ -136,7 +136,7 @@ struct LoaderOptions {
   // received batch costs no copy; its pixels are a view of the region, not
   // memory from `allocator`. Each region has room for batches_per_request +
   // prefetch_batches + 4 batches, of which only those in use touch memory.
-  // Requests with fields always use the socket. A server that
+  // Requests with bytes fields (no fixed size) always use the socket. A server that
   // does not take the offer is warned about once and sends its pixels as
   // usual; a region that cannot be made (memory limits) turns it off with
   // one warning.
@@ -344,7 +344,7 @@ class Loader : public BatchSource {
   std::string fingerprint_;
   std::string plan_id_;
   // Bytes of a full batch's payload, for shared-memory slots; 0: no shared
-  // memory (off, or a request with fields).
+  // memory (off, or a request with bytes fields).
   size_t shared_slot_bytes_ = 0;
   // Set when a region could not be made: no more are tried.
   std::atomic<bool> shared_failed_{false};

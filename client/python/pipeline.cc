@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cuda_runtime.h"
+#include "client/field_spec.h"
 #include "common/epoch_plan.h"
 #include "image/ops/transform.h"
 #include "spdlog/spdlog.h"
@@ -30,46 +31,6 @@ void AddStats(const LoaderStats& from, LoaderStats* into) {
   for (const auto& [server, n] : from.batches_by_server) {
     into->batches_by_server[server] += n;
   }
-}
-
-// The payload of a full batch of `options.fields` (images, masks, and
-// kBytesFieldSlotBytes per bytes value), for sizing the pinned buffers.
-absl::StatusOr<size_t> FieldSlotBytes(const LoaderOptions& options) {
-  const size_t batch = static_cast<size_t>(options.batch_size);
-  size_t bytes = 0;
-  // Masks have the first image field's size.
-  size_t mask_pixels = 0;
-  for (const v1::FieldSpec& field : options.fields) {
-    switch (field.role()) {
-      case v1::FIELD_ROLE_IMAGE: {
-        absl::StatusOr<std::pair<int, int>> size = image::OutputSize(
-            field.transform().steps().empty() ? options.transform
-                                              : field.transform());
-        if (!size.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("fields: field '", field.name(),
-                           "': transform: ", size.status().message()));
-        }
-        const size_t pixels = static_cast<size_t>(size->first) * size->second;
-        if (mask_pixels == 0) mask_pixels = pixels;
-        bytes += batch * std::max(1, static_cast<int>(field.repeats())) *
-                 pixels * 3;
-        break;
-      }
-      case v1::FIELD_ROLE_BYTES:
-        bytes += batch * kBytesFieldSlotBytes;
-        break;
-      default:
-        break;
-    }
-  }
-  for (const v1::FieldSpec& field : options.fields) {
-    if (field.role() == v1::FIELD_ROLE_MASK) {
-      bytes += batch * mask_pixels *
-               std::max(1, static_cast<int>(field.channels()));
-    }
-  }
-  return bytes;
 }
 
 }  // namespace
@@ -103,7 +64,9 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
   }
   if (!resolved.loader.fields.empty() &&
       resolved.device.field_slot_bytes == 0) {
-    absl::StatusOr<size_t> bytes = FieldSlotBytes(resolved.loader);
+    absl::StatusOr<size_t> bytes =
+        FieldPayloadBytes(resolved.loader.fields, resolved.loader.transform,
+                          resolved.loader.batch_size, kBytesFieldSlotBytes);
     if (!bytes.ok()) return bytes.status();
     // The image's share is max_batch_bytes already.
     resolved.device.field_slot_bytes =

@@ -208,6 +208,22 @@ class LocalServersTest(unittest.TestCase):
             loader.close()
         self.assertEqual(server_children(os.getpid()), [])
 
+    def test_fixed_size_fields_come_through_shared_memory_too(self):
+        fields = ("image=jpg:image, label=cls:class, "
+                  "views=jpg:image:repeats=2")
+        with local_loader(fields=fields) as shared, \
+                local_loader(fields=fields, shared_memory=False) as tcp:
+            got = list(shared)
+            want = list(tcp)
+            self.assertGreater(shared.stats()["shared_memory_batches"], 0)
+            self.assertEqual(shared.stats()["shared_memory_batches"],
+                             shared.stats()["received_batches"])
+        self.assertEqual(len(got), len(want))
+        for a, b in zip(got, want):
+            self.assertEqual(list(a), ["image", "label", "views"])
+            for name in a:
+                self.assertTrue(torch.equal(a[name], b[name]), name)
+
     def test_the_only_local_server_killed_mid_epoch_comes_back(self):
         # No other server: the epoch goes on once it is started again.
         with local_loader(batch_size=4, prefetch=2,

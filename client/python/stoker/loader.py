@@ -441,8 +441,8 @@ class Loader:
         assemble them straight into this process's memory and nothing is
         copied through the socket (page-locked on CUDA, so the copy to the
         GPU reads it directly). A server or container that cannot use it
-        falls back to the socket with one warning. Requests with fields
-        always use the socket.
+        falls back to the socket with one warning. Requests with bytes or
+        text fields always use the socket.
       batch_size: samples per batch.
       transform: the augmentation pipeline in torchvision syntax, steps
         separated by '|': RandomResizedCrop, RandomHorizontalFlip, Resize,
