@@ -1,6 +1,7 @@
 // stoker_server: serves WebDataset shards as decoded, transformed uint8
 // batches over gRPC. See docs/user-guide.md; `--help` lists the flags.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -549,7 +550,11 @@ int main(int argc, char** argv) {
     if (!pinned.ok()) return BadFlag("--cpus: ", pinned);
   }
   const int control_fd = absl::GetFlag(FLAGS_control_fd);
-  if (control_fd >= 0) stoker::server::ExitWhenParentCloses(control_fd);
+  if (control_fd >= 0 && fcntl(control_fd, F_GETFD) < 0) {
+    return BadFlag("", absl::InvalidArgumentError(absl::StrCat(
+                           "--control_fd=", control_fd,
+                           " is not an open file descriptor")));
+  }
   absl::StatusOr<Config> config = ReadConfig(datasets);
   if (!config.ok()) return BadFlag("", config.status());
   spdlog::set_level(config->log_level);
@@ -560,6 +565,9 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR2}) sigaddset(&signals, sig);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // After the mask, so that its thread never takes SIGTERM (which would end
+  // the process without draining).
+  if (control_fd >= 0) stoker::server::ExitWhenParentCloses(control_fd);
 
   // Datasets keep every shard open; large ones need more than the usual
   // soft limit of 1024 descriptors.

@@ -164,6 +164,12 @@ if "$server_bin" --dataset=nonsense 2>"$tmp/bad2.err"; then
   fail "bad --dataset accepted"
 fi
 grep -q "NAME=GLOB" "$tmp/bad2.err" || fail "unclear error: $(cat "$tmp/bad2.err")"
+if "$server_bin" --port=0 --dataset="train=$tmp/gnu/*.tar" --control_fd=77 \
+    2>"$tmp/bad4.err"; then
+  fail "a closed --control_fd accepted"
+fi
+grep -q "not an open file descriptor" "$tmp/bad4.err" \
+  || fail "unclear error: $(cat "$tmp/bad4.err")"
 echo "ok: bad flags get clear errors"
 help=$("$server_bin" --help 2>&1 || true)  # absl's --help exits 1
 grep -q -- "--dataset (NAME=GLOB" <<<"$help" \
