@@ -43,7 +43,8 @@ ABSL_FLAG(std::string, local_shards, "",
           "URL.");
 ABSL_FLAG(int, local_cores, 0,
           "CPUs for local servers: the N highest-numbered this process may "
-          "use; 0 = all but one.");
+          "use; 0 = the machine's CPUs this process is not pinned to, or, "
+          "if it is not pinned, all but one.");
 ABSL_FLAG(std::string, local_cpus, "",
           "CPUs for local servers as a list such as 2-5 (any the cgroup "
           "allows, also outside this process's affinity); overrides "

@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <thread>
 #include <utility>
 
@@ -60,6 +62,19 @@ void CloseFd(int* fd) {
 
 }  // namespace
 
+std::vector<int> MachineCpus() {
+  for (const char* path : {"/sys/fs/cgroup/cpuset.cpus.effective",
+                           "/sys/devices/system/cpu/online"}) {
+    std::ifstream file(path);
+    std::string text;
+    if (std::getline(file, text)) {
+      absl::StatusOr<std::vector<int>> cpus = common::ParseCpuList(text);
+      if (cpus.ok()) return *std::move(cpus);
+    }
+  }
+  return {};
+}
+
 absl::StatusOr<std::vector<int>> ChooseLocalCpus(int count) {
   absl::StatusOr<std::vector<int>> allowed = common::AllowedCpus();
   if (!allowed.ok()) return allowed.status();
@@ -68,9 +83,18 @@ absl::StatusOr<std::vector<int>> ChooseLocalCpus(int count) {
     return absl::InvalidArgumentError(absl::StrCat(
         "local cores must be between 1 and the ", available,
         " CPUs this process may use (", common::FormatCpuList(*allowed),
-        "), or 0 for all but one; got ", count));
+        "), or 0 for the default; got ", count));
   }
-  if (count == 0) count = std::max(1, available - 1);
+  if (count > 0) {
+    return std::vector<int>(allowed->end() - count, allowed->end());
+  }
+  // A trainer pinned to some CPUs leaves its servers the others.
+  const std::vector<int> machine = MachineCpus();
+  std::vector<int> others;
+  std::set_difference(machine.begin(), machine.end(), allowed->begin(),
+                      allowed->end(), std::back_inserter(others));
+  if (!others.empty()) return others;
+  count = std::max(1, available - 1);
   return std::vector<int>(allowed->end() - count, allowed->end());
 }
 

@@ -55,12 +55,20 @@ struct LocalServerOptions {
   absl::Duration stop_grace = absl::Seconds(5);
 };
 
-// CPUs for local servers. `count` 0: every CPU this process may use but the
-// lowest-numbered one (which stays the trainer's), or the only one there
-// is. `count` N > 0: the N highest-numbered of them. INVALID_ARGUMENT for a
+// CPUs for local servers. `count` 0, the default: the CPUs of the machine
+// (its cgroup's cpuset, else the online ones) that this process may not run
+// on, when it is pinned to some of them (taskset, numactl, a launcher);
+// else every CPU it may use but the lowest-numbered one (which stays the
+// trainer's), or the only one there is. `count` N > 0: the N
+// highest-numbered CPUs this process may use. INVALID_ARGUMENT for a
 // negative count or more than this process may use (naming how many and
 // which it may use).
 absl::StatusOr<std::vector<int>> ChooseLocalCpus(int count);
+
+// The machine's CPUs as this process's cgroup sees them
+// (/sys/fs/cgroup/cpuset.cpus.effective, else /sys/devices/system/cpu/
+// online); empty if neither can be read.
+std::vector<int> MachineCpus();
 
 // Where stoker_server is: $STOKER_SERVER if set; else next to this program
 // or at ../server/stoker_server from it (the Bazel layout); else on PATH.

@@ -425,9 +425,10 @@ class Loader:
       local_cores: the CPUs local servers run on: a number N (the N
         highest-numbered CPUs this process may use, os.sched_getaffinity),
         a list of CPU numbers (any the machine's cgroup allows, so a
-        trainer pinned to other CPUs can name them), or None (default: all of them but the
-        lowest, which stays the trainer's; the only one on a 1-CPU
-        machine).
+        trainer pinned to other CPUs can name them), or None (default: the
+        machine's CPUs this process is not pinned to, if it is pinned;
+        else all of them but the lowest, which stays the trainer's; the
+        only one on a 1-CPU machine).
       local_servers: local server processes sharing those CPUs (default 1;
         more give each other a failover).
       server_binary: the stoker_server program for local servers; default
