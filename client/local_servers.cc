@@ -47,7 +47,9 @@ bool IsExecutable(const std::string& path) {
 }
 
 std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exit status ", WEXITSTATUS(status));
+  if (WIFEXITED(status)) {
+    return absl::StrCat("exit status ", WEXITSTATUS(status));
+  }
   if (WIFSIGNALED(status)) {
     return absl::StrCat("signal ", WTERMSIG(status), " (",
                         strsignal(WTERMSIG(status)), ")");
@@ -261,8 +263,8 @@ bool LocalServers::Child::ForwardOutput() {
   size_t end;
   std::string lines;
   while ((end = partial_line.find('\n')) != std::string::npos) {
-    absl::StrAppend(&lines, "stoker_server[", index, "]: ",
-                    absl::string_view(partial_line).substr(0, end + 1));
+    absl::StrAppend(&lines, "stoker_server[", index,
+                    "]: ", absl::string_view(partial_line).substr(0, end + 1));
     partial_line.erase(0, end + 1);
   }
   std::fputs(lines.c_str(), stderr);
@@ -331,9 +333,9 @@ absl::StatusOr<int> LocalServers::Child::AwaitReady() {
   }
   const std::string how = Reap();
   absl::MutexLock lock(&mu);
-  return absl::FailedPreconditionError(absl::StrCat(
-      "local server ", index, " (", binary, ") ", problem, " (", how,
-      "); its output ends:\n", tail));
+  return absl::FailedPreconditionError(
+      absl::StrCat("local server ", index, " (", binary, ") ", problem, " (",
+                   how, "); its output ends:\n", tail));
 }
 
 void LocalServers::Child::Watch() {
@@ -385,14 +387,15 @@ std::unique_ptr<LocalServers::Child> LocalServers::MakeChild(
   child->index = index;
   child->binary = binary;
   child->start_timeout = options.start_timeout;
-  child->flags = {"--host=127.0.0.1",
-                  absl::StrCat("--dataset=", options.dataset, "=",
-                               options.shards),
-                  absl::StrCat("--cpus=", common::FormatCpuList(cpus)),
-                  absl::StrCat("--threads=", cpus.size()),
-                  absl::StrCat("--control_fd=", kControlFd),
-                  "--drain_grace=1s", "--shared_memory",
-                  "--log_level=warn"};
+  child->flags = {
+      "--host=127.0.0.1",
+      absl::StrCat("--dataset=", options.dataset, "=", options.shards),
+      absl::StrCat("--cpus=", common::FormatCpuList(cpus)),
+      absl::StrCat("--threads=", cpus.size()),
+      absl::StrCat("--control_fd=", kControlFd),
+      "--drain_grace=1s",
+      "--shared_memory",
+      "--log_level=warn"};
   child->flags.insert(child->flags.end(), options.flags.begin(),
                       options.flags.end());
   return child;
@@ -407,14 +410,18 @@ absl::StatusOr<std::unique_ptr<LocalServers>> LocalServers::Start(
   }
   std::vector<int> cpus = options.cpus;
   if (cpus.empty()) {
-    absl::StatusOr<std::vector<int>> chosen = ChooseLocalCpus(0);
+    absl::StatusOr<std::vector<int>> chosen = ChooseLocalCpus(options.cores);
     if (!chosen.ok()) return chosen.status();
     cpus = *std::move(chosen);
   }
+  // Split below into contiguous runs.
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
   if (options.count < 1 || options.count > static_cast<int>(cpus.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the number of local servers must be between 1 and the number of "
-        "their CPUs (", cpus.size(), "), got ", options.count));
+        "their CPUs (",
+        cpus.size(), "), got ", options.count));
   }
   std::string binary = options.binary;
   if (binary.empty()) {
@@ -484,15 +491,6 @@ std::vector<std::string> LocalServers::addresses() const {
   for (const auto& child : children_) {
     absl::MutexLock lock(&child->mu);
     out.push_back(absl::StrCat("127.0.0.1:", child->port));
-  }
-  return out;
-}
-
-std::vector<pid_t> LocalServers::pids() const {
-  std::vector<pid_t> out;
-  for (const auto& child : children_) {
-    absl::MutexLock lock(&child->mu);
-    out.push_back(child->pid);
   }
   return out;
 }

@@ -19,11 +19,9 @@
 // on the same port, up to kMaxRestarts times in a row without a minute of
 // good health in between.
 //
-// Thread-safety: addresses() and pids() may be called from any thread; the
+// Thread-safety: addresses() may be called from any thread; the
 // destructor stops every server (SIGTERM, then SIGKILL after a grace period)
 // and joins the threads that watch them.
-
-#include <sys/types.h>
 
 #include <memory>
 #include <string>
@@ -39,8 +37,9 @@ struct LocalServerOptions {
   // them: a local glob, a brace range, or an http(s):// or s3:// URL.
   std::string dataset;
   std::string shards;
-  // The CPUs the servers run on; empty: ChooseLocalCpus(0).
+  // The CPUs the servers run on (any order); empty: ChooseLocalCpus(cores).
   std::vector<int> cpus;
+  int cores = 0;
   // Server processes; the CPUs are split between them in contiguous runs.
   // Default 1 (one process uses its CPUs best: one cache, one pool); more
   // give a failover among local servers.
@@ -90,8 +89,6 @@ class LocalServers {
   // "127.0.0.1:port" of each server, in start order; a restarted server
   // keeps its address.
   std::vector<std::string> addresses() const;
-  // The process id of each server now (0 while one is being restarted).
-  std::vector<pid_t> pids() const;
 
   static constexpr int kMaxRestarts = 5;
 

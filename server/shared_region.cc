@@ -13,9 +13,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/batch_region_format.h"
 
 namespace stoker::server {
 namespace {
+
+using common::kBatchRegionName;
+using common::kBatchRegionNonceBytes;
 
 absl::Status Refused(absl::string_view why) {
   return absl::FailedPreconditionError(
@@ -35,27 +39,27 @@ struct FdCloser {
 absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
     const v1::SharedMemory& spec, int64_t batches, SharedMappings* mappings) {
   if (spec.pid() <= 0 || spec.fd() < 0 ||
-      spec.nonce().size() != kNonceBytes || spec.region_bytes() <= 0 ||
-      spec.slot_bytes() <= 0) {
+      spec.nonce().size() != kBatchRegionNonceBytes ||
+      spec.region_bytes() <= 0 || spec.slot_bytes() <= 0) {
     return absl::InvalidArgumentError(
         "shared_memory needs pid, fd, a 16-byte nonce, region_bytes and "
         "slot_bytes");
   }
   if (spec.slot_offsets_size() < batches) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared_memory has ", spec.slot_offsets_size(),
-        " slots for a request of ", batches, " batches"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared_memory has ", spec.slot_offsets_size(),
+                     " slots for a request of ", batches, " batches"));
   }
   std::vector<int64_t> offsets(spec.slot_offsets().begin(),
                                spec.slot_offsets().begin() + batches);
   for (int64_t offset : offsets) {
-    if (offset < static_cast<int64_t>(kNonceBytes) ||
+    if (offset < static_cast<int64_t>(kBatchRegionNonceBytes) ||
         offset > spec.region_bytes() ||
         spec.slot_bytes() > spec.region_bytes() - offset) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shared_memory slot [", offset, ", +", spec.slot_bytes(),
-          ") is not inside the region of ", spec.region_bytes(),
-          " bytes after its nonce"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shared_memory slot [", offset, ", +", spec.slot_bytes(),
+                       ") is not inside the region of ", spec.region_bytes(),
+                       " bytes after its nonce"));
     }
   }
   absl::StatusOr<std::shared_ptr<const SharedMapping>> mapping =
@@ -68,7 +72,8 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
 
 absl::StatusOr<std::shared_ptr<const SharedMapping>> SharedRegion::MapFile(
     const v1::SharedMemory& spec) {
-  const std::string path = absl::StrCat("/proc/", spec.pid(), "/fd/", spec.fd());
+  const std::string path =
+      absl::StrCat("/proc/", spec.pid(), "/fd/", spec.fd());
   FdCloser file{open(path.c_str(), O_RDWR | O_CLOEXEC)};
   if (file.fd < 0) {
     return Refused(absl::StrCat(
@@ -80,9 +85,10 @@ absl::StatusOr<std::shared_ptr<const SharedMapping>> SharedRegion::MapFile(
   const ssize_t n = readlink(absl::StrCat("/proc/self/fd/", file.fd).c_str(),
                              name, sizeof(name) - 1);
   const std::string target(name, n > 0 ? static_cast<size_t>(n) : 0);
-  if (!absl::StartsWith(target, absl::StrCat("/memfd:", kMemfdName, " "))) {
+  if (!absl::StartsWith(target,
+                        absl::StrCat("/memfd:", kBatchRegionName, " "))) {
     return Refused(absl::StrCat(path, " is '", target, "', not a '",
-                                kMemfdName, "' memfd"));
+                                kBatchRegionName, "' memfd"));
   }
   const int seals = fcntl(file.fd, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
@@ -94,14 +100,14 @@ absl::StatusOr<std::shared_ptr<const SharedMapping>> SharedRegion::MapFile(
                                 spec.region_bytes(), " bytes claimed"));
   }
   const size_t size = static_cast<size_t>(spec.region_bytes());
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                    file.fd, 0);
+  void* base =
+      mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file.fd, 0);
   if (base == MAP_FAILED) {
     return Refused(absl::StrCat("mmap: ", std::strerror(errno)));
   }
   auto mapping =
       std::make_shared<const SharedMapping>(static_cast<uint8_t*>(base), size);
-  if (std::memcmp(base, spec.nonce().data(), kNonceBytes) != 0) {
+  if (std::memcmp(base, spec.nonce().data(), kBatchRegionNonceBytes) != 0) {
     return Refused("the region does not start with the request's nonce");
   }
   return mapping;
@@ -160,9 +166,8 @@ absl::StatusOr<std::shared_ptr<const SharedMapping>> SharedMappings::Map(
   SweepLocked(now);
   if (static_cast<int>(kept_.size()) >= max_kept_ && !kept_.empty()) {
     auto oldest = std::min_element(
-        kept_.begin(), kept_.end(), [](const Kept& a, const Kept& b) {
-          return a.last_used < b.last_used;
-        });
+        kept_.begin(), kept_.end(),
+        [](const Kept& a, const Kept& b) { return a.last_used < b.last_used; });
     kept_.erase(oldest);
   }
   if (max_kept_ > 0) kept_.push_back({spec.pid(), key, *mapping, now});

@@ -91,11 +91,6 @@ class SharedMappings {
 
 class SharedRegion {
  public:
-  // The nonce's size, in bytes (the region's first bytes).
-  static constexpr size_t kNonceBytes = 16;
-  // The memfd name clients give their regions.
-  static constexpr char kMemfdName[] = "stoker-batches";
-
   // The region `spec` names for a request of `batches` batches, mapped
   // through `mappings`. FAILED_PRECONDITION saying why it cannot be used
   // (the stream then carries its pixels), INVALID_ARGUMENT for slots

@@ -33,7 +33,6 @@
 #include "client/device_loader.h"
 #include "client/field_spec.h"
 #include "client/host_replay.h"
-#include "client/local_servers.h"
 #include "client/python/pipeline.h"
 #include "client/server_list.h"
 #include "client/staged_batch.h"
@@ -282,8 +281,8 @@ struct Settings {
   std::string servers;
   std::string dataset;
   // "local" among the servers (client/local_servers.h): the shards, the
-  // CPUs (empty: local_cores of them, see ChooseLocalCpus), the number of
-  // server processes and the program (empty: FindServerBinary()).
+  // CPUs (empty: ChooseLocalCpus(local_cores)), the number of server
+  // processes and the program (empty: FindServerBinary()).
   std::string local_shards;
   int local_cores = 0;
   std::vector<int> local_cpus;
@@ -365,13 +364,7 @@ Configured ToOptions(const Settings& s) {
   l.servers = *std::move(servers);
   l.local.shards = s.local_shards;
   l.local.cpus = s.local_cpus;
-  if (l.local.cpus.empty()) {
-    absl::StatusOr<std::vector<int>> cpus = ChooseLocalCpus(s.local_cores);
-    if (!cpus.ok()) ThrowStatus(cpus.status());
-    l.local.cpus = *std::move(cpus);
-  } else {
-    std::sort(l.local.cpus.begin(), l.local.cpus.end());
-  }
+  l.local.cores = s.local_cores;
   l.local.count = s.local_servers;
   l.local.binary = s.server_binary;
   l.local.flags = s.server_flags;

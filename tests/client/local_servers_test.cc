@@ -94,7 +94,14 @@ TEST(LocalServersTest, BadOptionsStartNothing) {
   absl::Status s = LocalServers::Start(options).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("number of local servers"));
+  // Without a list, `cores` chooses them, and is checked.
+  options.cpus.clear();
   options.count = 1;
+  options.cores = -1;
+  s = LocalServers::Start(options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("local cores"));
+  options.cores = 0;
   options.binary = "/nonexistent/stoker_server";
   s = LocalServers::Start(options).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
