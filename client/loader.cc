@@ -345,6 +345,7 @@ absl::Status Loader::AskUnverified(std::string* reference_address,
 absl::Status Loader::SetPlan(const v1::GetDatasetInfoResponse& reference) {
   fingerprint_ = reference.fingerprint();
   dataset_samples_ = reference.sample_count();
+  classes_.assign(reference.classes().begin(), reference.classes().end());
   common::EpochPlanParams params;
   params.num_samples = dataset_samples_;
   params.seed = options_.seed;

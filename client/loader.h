@@ -207,6 +207,9 @@ class Loader : public BatchSource {
   int64_t num_batches() const { return num_batches_; }
   int64_t dataset_samples() const { return dataset_samples_; }
   const std::string& fingerprint() const { return fingerprint_; }
+  // An ImageFolder's class names (class index i is classes()[i]); empty
+  // for other datasets.
+  const std::vector<std::string>& classes() const { return classes_; }
   const std::string& plan_id() const { return plan_id_; }
 
   // Starts (or restarts) fetching epoch `epoch` from batch `start_batch`.
@@ -342,6 +345,7 @@ class Loader : public BatchSource {
   int64_t num_batches_ = 0;
   int64_t dataset_samples_ = 0;
   std::string fingerprint_;
+  std::vector<std::string> classes_;
   std::string plan_id_;
   // Bytes of a full batch's payload, for shared-memory slots; 0: no shared
   // memory (off, or a request with bytes fields).

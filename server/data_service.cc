@@ -171,6 +171,8 @@ absl::StatusOr<v1::GetDatasetInfoResponse> DataService::GetDatasetInfo(
   response.set_dataset((*dataset)->name());
   response.set_sample_count((*dataset)->sample_count());
   response.set_shard_count((*dataset)->shard_count());
+  response.set_kind((*dataset)->kind());
+  for (const std::string& c : (*dataset)->classes()) response.add_classes(c);
   response.set_fingerprint((*dataset)->fingerprint());
   response.set_total_bytes((*dataset)->total_bytes());
   if ((*dataset)->remote()) *response.mutable_storage() = storage_stats();

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/parallel.h"
+#include "server/file_dataset.h"
 #include "server/storage/url.h"
 #include "spdlog/spdlog.h"
 
@@ -148,6 +149,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   if (storage::SchemeOf(glob) != storage::Scheme::kLocal) {
     return OpenRemote(name, glob, options);
   }
+  if (IsFileDatasetSpec(glob)) return OpenFiles(name, glob, options);
   absl::StatusOr<std::vector<std::string>> paths = ExpandGlob(name, glob);
   if (!paths.ok()) return paths.status();
 
@@ -260,6 +262,52 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
                 shard_names, left_out.first_failure, /*remote=*/true);
 }
 
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
+    const std::string& name, const std::string& path,
+    const DatasetOptions& options) {
+  FileDatasetOptions files;
+  files.index_cache_dir = options.index.index_cache_dir;
+  absl::StatusOr<OpenedFiles> opened =
+      OpenFileDataset(name, path, /*shard_id=*/0, files);
+  if (!opened.ok()) return opened.status();
+  constexpr size_t kMaxLogged = 5;
+  std::vector<LeftOut> notes;
+  for (size_t i = 0; i < opened->notes.size(); ++i) {
+    ListingNote& note = opened->notes[i];
+    if (i < kMaxLogged) {
+      spdlog::warn("dataset '{}': {}: {}", name, note.path, note.reason);
+    }
+    notes.push_back({std::move(note.path), std::move(note.reason)});
+  }
+  if (notes.size() > kMaxLogged) {
+    spdlog::warn("dataset '{}': {} more notes like these", name,
+                 notes.size() - kMaxLogged);
+  }
+  if (opened->defective > 0) {
+    for (const SampleRecord& r : opened->shard.index.samples()) {
+      if (r.damage.empty()) continue;
+      spdlog::warn("dataset '{}': {} samples cannot be read, e.g. '{}': {}",
+                   name, opened->defective, r.key, r.damage);
+      break;
+    }
+  }
+  FilesKind kind{opened->kind, std::move(opened->classes),
+                 opened->shard.fingerprint, opened->shard.total_bytes};
+  std::vector<Shard> shards;
+  shards.push_back(Shard{std::move(opened->shard.index),
+                         std::move(opened->shard.reader), 0, ""});
+  std::unique_ptr<Dataset> dataset(new Dataset(
+      name, std::move(shards), std::move(notes), false, std::move(kind)));
+  spdlog::info("dataset '{}': {} '{}'{}: {} samples ({} cannot be read), {} "
+               "classes, {} bytes, fingerprint {}; {} notes",
+               name, dataset->kind(), path,
+               opened->from_cache ? " (listing from the index cache)" : "",
+               dataset->sample_count(), opened->defective,
+               dataset->classes().size(), dataset->total_bytes(),
+               dataset->fingerprint(), dataset->left_out().size());
+  return dataset;
+}
+
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
     const std::string& name, const std::string& glob, std::vector<Shard> shards,
     std::vector<LeftOut> left_out, int64_t shard_names,
@@ -287,7 +335,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
   }
 
   std::unique_ptr<Dataset> dataset(
-      new Dataset(name, std::move(shards), std::move(left_out), remote));
+      new Dataset(name, std::move(shards), std::move(left_out), remote,
+                  FilesKind{}));
   if (dataset->sample_count() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset '", name, "': the ", dataset->shard_count(),
@@ -306,8 +355,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
 }
 
 Dataset::Dataset(std::string name, std::vector<Shard> shards,
-                 std::vector<LeftOut> left_out, bool remote)
+                 std::vector<LeftOut> left_out, bool remote, FilesKind files)
     : name_(std::move(name)),
+      kind_(files.kind.empty() ? "shards" : std::move(files.kind)),
+      classes_(std::move(files.classes)),
       shards_([&] {
         int64_t first = 0;
         for (Shard& shard : shards) {
@@ -333,9 +384,14 @@ Dataset::Dataset(std::string name, std::vector<Shard> shards,
     hash = HashU64(static_cast<uint64_t>(shard.index.file_size()), hash);
     hash = HashU64(static_cast<uint64_t>(samples), hash);
   }
-  fingerprint_ = absl::StrFormat("%016x", hash);
-  for (const LeftOut& entry : left_out_) {
-    ++(HasShardName(entry.path) ? skipped_shards_ : ignored_matches_);
+  if (kind_ == "shards") {
+    fingerprint_ = absl::StrFormat("%016x", hash);
+    for (const LeftOut& entry : left_out_) {
+      ++(HasShardName(entry.path) ? skipped_shards_ : ignored_matches_);
+    }
+  } else {
+    fingerprint_ = std::move(files.fingerprint);
+    total_bytes_ = files.total_bytes;
   }
 }
 

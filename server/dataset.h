@@ -28,6 +28,7 @@ struct DatasetOptions {
   // Reads shards named by http://, https:// or s3:// patterns; null: only
   // local paths are accepted. Not owned; outlives the dataset.
   const storage::ObjectStore* store = nullptr;
+  // index.index_cache_dir also keeps the listings of folders and lists.
   RemoteIndexOptions index;
 };
 
@@ -83,6 +84,13 @@ class Dataset {
   // left out like unusable files; InvalidArgument if `options.store` is
   // null; the listing's error (e.g. PermissionDenied for a wrong key) if
   // the store refuses the pattern as a whole.
+  //
+  // Files. A `glob` naming a folder (an ImageFolder tree) or a list file
+  // (".csv", ".jsonl", ".ndjson") serves those files as they are, as
+  // server/file_dataset.h says: one virtual shard holding every sample,
+  // named by the folder or list; kind() says which; classes() holds an
+  // ImageFolder's class names. Its notes (names left out, loops, empty
+  // class folders, bad rows) are in left_out() and logged with counts.
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(
       const std::string& name, const std::string& glob,
       const DatasetOptions& options = {});
@@ -91,6 +99,10 @@ class Dataset {
   Dataset& operator=(const Dataset&) = delete;
 
   const std::string& name() const { return name_; }
+  // "shards", "ImageFolder", "CSV list" or "JSON lines list".
+  const std::string& kind() const { return kind_; }
+  // Class names by index (an ImageFolder's); empty otherwise.
+  const std::vector<std::string>& classes() const { return classes_; }
   // All samples, defective ones included.
   int64_t sample_count() const { return sample_count_; }
   // Shards served (left-out matches excluded).
@@ -174,8 +186,20 @@ class Dataset {
     std::string version;
   };
 
+  // What a dataset of files sets in place of the shard defaults.
+  struct FilesKind {
+    std::string kind;
+    std::vector<std::string> classes;
+    std::string fingerprint;
+    int64_t total_bytes = 0;
+  };
+
   Dataset(std::string name, std::vector<Shard> shards,
-          std::vector<LeftOut> left_out, bool remote);
+          std::vector<LeftOut> left_out, bool remote, FilesKind files);
+  // Open for a folder or list.
+  static absl::StatusOr<std::unique_ptr<Dataset>> OpenFiles(
+      const std::string& name, const std::string& path,
+      const DatasetOptions& options);
   // Open for object storage.
   static absl::StatusOr<std::unique_ptr<Dataset>> OpenRemote(
       const std::string& name, const std::string& pattern,
@@ -194,6 +218,8 @@ class Dataset {
   size_t ShardOf(int64_t index) const;
 
   const std::string name_;
+  const std::string kind_;
+  const std::vector<std::string> classes_;
   const std::vector<Shard> shards_;
   int64_t sample_count_ = 0;
   int64_t total_bytes_ = 0;

@@ -15,51 +15,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/parallel.h"
+#include "common/utf8.h"
 
 namespace stoker::server {
 namespace {
 
+using common::IsUtf8;
+
 constexpr const char* kExtensions[] = {".jpg", ".jpeg", ".png",
                                        ".ppm", ".bmp",  ".pgm",
                                        ".tif", ".tiff", ".webp"};
-
-bool IsUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int more;
-    uint32_t code;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      more = 1;
-      code = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      more = 2;
-      code = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      more = 3;
-      code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + static_cast<size_t>(more) >= s.size()) return false;  // cut short
-    for (int k = 1; k <= more; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xc0) != 0x80) return false;
-      code = (code << 6) | (d & 0x3f);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (code < kMin[more] || code > 0x10ffff ||
-        (code >= 0xd800 && code <= 0xdfff)) {
-      return false;
-    }
-    i += more + 1;
-  }
-  return true;
-}
 
 struct Entry {
   std::string name;
@@ -77,9 +42,13 @@ absl::StatusOr<std::vector<Entry>> ReadFolder(const std::string& dir) {
     const absl::string_view name = e->d_name;
     if (name == "." || name == "..") continue;
     Entry entry{std::string(name)};
-    struct stat st;
-    entry.is_dir = stat(absl::StrCat(dir, "/", name).c_str(), &st) == 0 &&
-                   S_ISDIR(st.st_mode);
+    if (e->d_type == DT_DIR || e->d_type == DT_REG) {
+      entry.is_dir = e->d_type == DT_DIR;
+    } else {  // a link, or a file system that does not say
+      struct stat st;
+      entry.is_dir = stat(absl::StrCat(dir, "/", name).c_str(), &st) == 0 &&
+                     S_ISDIR(st.st_mode);
+    }
     entries.push_back(std::move(entry));
   }
   closedir(d);
@@ -90,7 +59,13 @@ absl::StatusOr<std::vector<Entry>> ReadFolder(const std::string& dir) {
 struct ClassWalk {
   std::vector<FolderSample> samples;
   std::vector<FolderListing::Note> notes;
+  std::vector<FolderStamp> folders;
 };
+
+FolderStamp StampOf(const std::string& path, const struct stat& st) {
+  return {path, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+          static_cast<uint64_t>(st.st_ino)};
+}
 
 // `root` is the dataset root's (device, inode): a link back to it is a loop
 // too.
@@ -122,6 +97,7 @@ void WalkClass(const std::string& top, int32_t label,
       out->notes.push_back({at.path, std::string(entries.status().message())});
       continue;
     }
+    out->folders.push_back(StampOf(at.path, st));
     at.ancestors.push_back(id);
     std::vector<std::string> files;
     for (Entry& e : *entries) {
@@ -187,6 +163,7 @@ absl::StatusOr<FolderListing> ListImageFolder(const std::string& root,
   absl::StatusOr<std::vector<Entry>> entries = ReadFolder(base);
   if (!entries.ok()) return entries.status();
   FolderListing listing;
+  listing.folders.push_back(StampOf(base, st));
   for (const Entry& e : *entries) {
     if (!e.is_dir) continue;
     if (!IsUtf8(e.name)) {
@@ -219,6 +196,9 @@ absl::StatusOr<FolderListing> ListImageFolder(const std::string& root,
     for (FolderListing::Note& n : walks[c].notes) {
       listing.notes.push_back(std::move(n));
     }
+    for (FolderStamp& f : walks[c].folders) {
+      listing.folders.push_back(std::move(f));
+    }
   }
   if (listing.samples.empty()) {
     std::vector<std::string> first;
@@ -230,6 +210,38 @@ absl::StatusOr<FolderListing> ListImageFolder(const std::string& root,
         "'", root, "' holds no image (", absl::StrJoin(first, "; "), ")"));
   }
   return listing;
+}
+
+FileListing ToFileListing(const std::string& root, FolderListing listing) {
+  std::string base = root;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  FileListing out;
+  out.kind = "ImageFolder";
+  out.classes = std::move(listing.classes);
+  out.folders = std::move(listing.folders);
+  for (FolderListing::Note& n : listing.notes) {
+    out.notes.push_back({std::move(n.path), std::move(n.reason)});
+  }
+  out.samples.reserve(listing.samples.size());
+  for (FolderSample& s : listing.samples) {
+    FileSample sample;
+    const absl::string_view relative =
+        absl::string_view(s.path).substr(base.size() + 1);
+    sample.key = KeyOfPath(relative);
+    const size_t dot = s.path.rfind('.');
+    FileMember image;
+    image.extension = absl::AsciiStrToLower(s.path.substr(dot + 1));
+    image.path = std::move(s.path);
+    image.size = s.size;
+    image.mtime_ns = s.mtime_ns;
+    FileMember label;
+    label.extension = "cls";
+    label.value = absl::StrCat(s.label);
+    sample.members = {std::move(image), std::move(label)};
+    sample.defect = std::move(s.defect);
+    out.samples.push_back(std::move(sample));
+  }
+  return out;
 }
 
 }  // namespace stoker::server

@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "server/file_samples.h"
 
 namespace stoker::server {
 
@@ -60,7 +61,13 @@ struct FolderListing {
   std::vector<Note> notes;
   // Samples with a defect.
   int64_t defective = 0;
+  // Every folder read (the root included), stamped before it was read.
+  std::vector<FolderStamp> folders;
 };
+
+// The listing as file samples: the image member (its extension lowercased)
+// and the label as a "cls" value.
+FileListing ToFileListing(const std::string& root, FolderListing listing);
 
 // Lists the tree at `root` (a trailing '/' is ignored), walking up to
 // `threads` class folders at once. NOT_FOUND if `root` does not exist or

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -30,6 +31,7 @@
 #include "common/cpu_list.h"
 #include "server/data_service.h"
 #include "server/dataset.h"
+#include "server/file_dataset.h"
 #include "image/image_probe.h"
 #include "image/ops/plugin.h"
 #include "server/metrics_exporter.h"
@@ -48,7 +50,14 @@ ABSL_FLAG(std::vector<std::string>, dataset, {},
           "GLOB may be a local path with wildcards and brace ranges "
           "(/data/train-{000..127}.tar: every name a range gives must "
           "exist), http(s)://host/shard-{000..099}.tar or "
-          "s3://bucket/prefix/*.tar. Repeat the flag for several datasets.");
+          "s3://bucket/prefix/*.tar. NAME=FOLDER serves an ImageFolder tree "
+          "(FOLDER/<class>/<image>) and NAME=LIST.csv or LIST.jsonl a file "
+          "list, as the files are. Repeat the flag for several datasets.");
+ABSL_FLAG(std::string, index_cache_dir, "",
+          "Where the listings of folder and list datasets are kept between "
+          "runs; empty: $XDG_CACHE_HOME/stoker/index (else "
+          "~/.cache/stoker/index), or the index cache of --cache_dir; "
+          "'none': not kept.");
 ABSL_FLAG(std::string, s3_endpoint, "",
           "http(s)://host[:port] of an S3-compatible store (MinIO, Ceph, "
           "GCS's XML API, R2), addressed path-style; empty: AWS S3.");
@@ -449,6 +458,39 @@ absl::Status OpenCaches(const std::string& dir, Storage* storage) {
   return absl::OkStatus();
 }
 
+// --index_cache_dir, made if needed, when a dataset is a folder or list;
+// empty for none.
+std::string IndexCacheDir(const std::string& flag, const Config& config) {
+  bool files = false;
+  for (const auto& [name, glob] : config.datasets) {
+    files = files || stoker::server::IsFileDatasetSpec(glob);
+  }
+  if (!files || flag == "none") return "";
+  std::string dir = flag;
+  if (dir.empty()) {
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    if (xdg != nullptr && *xdg != '\0') {
+      dir = absl::StrCat(xdg, "/stoker/index");
+    } else if (home != nullptr && *home != '\0') {
+      dir = absl::StrCat(home, "/.cache/stoker/index");
+    } else {
+      return "";
+    }
+  }
+  // mkdir -p
+  for (size_t at = 1; at <= dir.size(); ++at) {
+    if (at != dir.size() && dir[at] != '/') continue;
+    const std::string part = dir.substr(0, at);
+    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+      spdlog::warn("no index cache: cannot create {}: {}", part,
+                   std::strerror(errno));
+      return "";
+    }
+  }
+  return dir;
+}
+
 // Opens every --dataset; the first that cannot be opened is the error.
 absl::StatusOr<std::vector<std::unique_ptr<Dataset>>> OpenDatasets(
     const Config& config, const stoker::server::DatasetOptions& options) {
@@ -596,6 +638,10 @@ int main(int argc, char** argv) {
     config->service.disk_cache = storage.disk_cache.get();
   }
 
+  if (storage.dataset_options.index.index_cache_dir.empty()) {
+    storage.dataset_options.index.index_cache_dir =
+        IndexCacheDir(absl::GetFlag(FLAGS_index_cache_dir), *config);
+  }
   absl::StatusOr<std::vector<std::unique_ptr<Dataset>>> opened =
       OpenDatasets(*config, storage.dataset_options);
   if (!opened.ok()) {

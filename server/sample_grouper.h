@@ -30,7 +30,9 @@
 
 namespace stoker::server {
 
-enum class ImageFormat { kJpeg, kPng, kWebp };
+// kOther: an image file named by another extension (a .bmp or .tiff in an
+// ImageFolder); the bytes decide the decoder.
+enum class ImageFormat { kJpeg, kPng, kWebp, kOther };
 
 // One member of a sample: its extension (everything after the first dot of
 // the member's base name, lowercased, e.g. "seg.png") and where its data is.

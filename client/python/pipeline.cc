@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
     absl::MutexLock lock(&pipeline->mu_);
     pipeline->num_batches_ = pipeline->loader_->num_batches();
     pipeline->dataset_samples_ = pipeline->loader_->dataset_samples();
+    pipeline->classes_ = pipeline->loader_->classes();
     pipeline->plan_id_ = pipeline->loader_->plan_id();
   }
   Pipeline* raw = pipeline.get();

@@ -107,6 +107,7 @@ class Pipeline {
   // (see client/cursor.h); constant.
   int64_t num_batches() const { return num_batches_; }
   int64_t dataset_samples() const { return dataset_samples_; }
+  const std::vector<std::string>& classes() const { return classes_; }
   const std::string& plan_id() const { return plan_id_; }
   const PipelineOptions& options() const { return options_; }
 
@@ -161,6 +162,7 @@ class Pipeline {
   // Set by Create, constant afterwards.
   int64_t num_batches_ = 0;
   int64_t dataset_samples_ = 0;
+  std::vector<std::string> classes_;
   std::string plan_id_;
 
   // Serializes the consumer calls (Start, Next, Abandon).

@@ -526,6 +526,7 @@ class PyPipeline {
 
   int64_t num_batches() { return Get()->num_batches(); }
   int64_t dataset_samples() { return Get()->dataset_samples(); }
+  std::vector<std::string> classes() { return Get()->classes(); }
   std::string plan_id() { return Get()->plan_id(); }
 
   void Start(const std::string& cursor_text) {
@@ -823,6 +824,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def(py::init<const Settings&>())
       .def_property_readonly("num_batches", &PyPipeline::num_batches)
       .def_property_readonly("dataset_samples", &PyPipeline::dataset_samples)
+      .def_property_readonly("classes", &PyPipeline::classes)
       .def_property_readonly("plan_id", &PyPipeline::plan_id)
       .def_property_readonly("closed", &PyPipeline::closed)
       .def("start", &PyPipeline::Start, py::arg("cursor"))

@@ -805,6 +805,13 @@ class Loader:
         return self._open().dataset_samples
 
     @property
+    def classes(self) -> list[str]:
+        """An ImageFolder dataset's class names (label i is classes[i], as
+        torchvision.datasets.ImageFolder's .classes); [] for other
+        datasets."""
+        return self._open().classes
+
+    @property
     def epoch(self) -> int | None:
         """The epoch of the latest iteration (None before the first)."""
         return self._epoch

@@ -1,0 +1,265 @@
+#include "server/file_samples.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/fnv.h"
+
+namespace stoker::server {
+namespace {
+
+using common::Fnv1a64;
+
+uint64_t HashBytes(absl::string_view bytes, uint64_t hash) {
+  // The NUL keeps "ab"+"c" apart from "a"+"bc".
+  hash = Fnv1a64(bytes.data(), bytes.size(), hash);
+  const char nul = 0;
+  return Fnv1a64(&nul, 1, hash);
+}
+
+uint64_t HashI64(int64_t value, uint64_t hash) {
+  unsigned char bytes[8];
+  for (int i = 0; i < 8; ++i) {
+    bytes[i] = static_cast<unsigned char>(static_cast<uint64_t>(value) >>
+                                          (8 * i));
+  }
+  return Fnv1a64(bytes, sizeof(bytes), hash);
+}
+
+struct VirtualFile {
+  int64_t base = 0;  // virtual offset of its first byte
+  std::string path;
+  int64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+// The files back to back, then the values (see file_samples.h).
+class FileSetSource : public ByteSource {
+ public:
+  FileSetSource(std::vector<VirtualFile> files, std::string values,
+                int64_t values_base, std::function<void()> on_change)
+      : files_(std::move(files)),
+        values_(std::move(values)),
+        values_base_(values_base),
+        on_change_(std::move(on_change)) {}
+
+  absl::StatusOr<int64_t> ReadAt(int64_t offset, int64_t size,
+                                 char* dst) const override {
+    int64_t done = 0;
+    while (done < size) {
+      const int64_t at = offset + done;
+      if (at >= values_base_) {
+        const int64_t in = at - values_base_;
+        const int64_t n = std::min<int64_t>(
+            size - done, static_cast<int64_t>(values_.size()) - in);
+        if (n <= 0) break;
+        std::memcpy(dst + done, values_.data() + in, static_cast<size_t>(n));
+        done += n;
+        continue;
+      }
+      auto it = std::upper_bound(
+          files_.begin(), files_.end(), at,
+          [](int64_t o, const VirtualFile& f) { return o < f.base; });
+      const VirtualFile& file = *(it - 1);
+      const int64_t in = at - file.base;
+      const int64_t n = std::min(size - done, file.size - in);
+      absl::Status read = ReadFile(file, in, n, dst + done);
+      if (!read.ok()) return read;
+      done += n;
+    }
+    return done;
+  }
+
+  // Every read checks its file.
+  absl::Status CheckUnchanged() const override { return absl::OkStatus(); }
+
+ private:
+  absl::Status ReadFile(const VirtualFile& file, int64_t offset, int64_t size,
+                        char* dst) const {
+    const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ENOENT) Changed();
+      return absl::DataLossError(absl::StrCat(
+          "cannot open '", file.path, "': ", std::strerror(err),
+          err == ENOENT ? "; it was there when the dataset was indexed" : ""));
+    }
+    struct stat st;
+    absl::Status status;
+    if (::fstat(fd, &st) != 0) {
+      status = absl::DataLossError(
+          absl::StrCat("cannot stat '", file.path, "': ", std::strerror(errno)));
+    } else {
+      const int64_t mtime_ns =
+          int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+      if (st.st_size != file.size || mtime_ns != file.mtime_ns) {
+        Changed();
+        status = absl::DataLossError(absl::StrFormat(
+            "file '%s' changed since it was indexed (size %d -> %d bytes, "
+            "mtime %d -> %d ns); restart the server to re-index",
+            file.path, file.size, static_cast<int64_t>(st.st_size),
+            file.mtime_ns, mtime_ns));
+      }
+    }
+    int64_t done = 0;
+    while (status.ok() && done < size) {
+      const ssize_t n =
+          ::pread(fd, dst + done, static_cast<size_t>(size - done),
+                  static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        status = absl::DataLossError(absl::StrCat(
+            "cannot read '", file.path, "': ",
+            n < 0 ? std::strerror(errno) : "shorter than when indexed"));
+        break;
+      }
+      done += n;
+    }
+    ::close(fd);
+    return status;
+  }
+
+  void Changed() const {
+    if (on_change_ && !changed_.exchange(true)) on_change_();
+  }
+
+  const std::vector<VirtualFile> files_;
+  const std::string values_;
+  const int64_t values_base_;
+  const std::function<void()> on_change_;
+  mutable std::atomic<bool> changed_{false};
+};
+
+// Appends "_<index>" to keys already taken.
+void MakeKeysUnique(std::vector<FileSample>* samples) {
+  absl::flat_hash_set<std::string> taken;
+  taken.reserve(samples->size());
+  for (size_t i = 0; i < samples->size(); ++i) {
+    std::string& key = (*samples)[i].key;
+    if (taken.insert(key).second) continue;
+    key = absl::StrCat(key, "_", i);
+    while (!taken.insert(key).second) absl::StrAppend(&key, "_");
+  }
+}
+
+}  // namespace
+
+ImageFormat FormatOfExtension(absl::string_view extension) {
+  const std::string ext = absl::AsciiStrToLower(extension);
+  if (ext == "jpg" || ext == "jpeg") return ImageFormat::kJpeg;
+  if (ext == "png") return ImageFormat::kPng;
+  if (ext == "webp") return ImageFormat::kWebp;
+  return ImageFormat::kOther;
+}
+
+std::string KeyOfPath(absl::string_view relative) {
+  std::vector<std::string> parts;
+  for (absl::string_view part : absl::StrSplit(relative, '/')) {
+    if (part.empty() || part == ".") continue;
+    parts.push_back(part == ".." ? "_" : std::string(part));
+  }
+  if (parts.empty()) return "_";
+  std::string& last = parts.back();
+  const size_t dot = last.rfind('.');
+  if (dot != std::string::npos && dot > 0) last.resize(dot);
+  std::replace(last.begin(), last.end(), '.', '_');
+  if (last.empty()) last = "_";
+  std::string key;
+  for (const std::string& part : parts) {
+    if (!key.empty()) key += '/';
+    key += part;
+  }
+  return key;
+}
+
+FileShard MakeFileShard(const std::string& name, int32_t shard_id,
+                        FileListing listing, std::function<void()> on_change) {
+  MakeKeysUnique(&listing.samples);
+  uint64_t hash = common::kFnv64Offset;
+  for (const std::string& c : listing.classes) hash = HashBytes(c, hash);
+  hash = HashI64(static_cast<int64_t>(listing.classes.size()), hash);
+
+  std::vector<VirtualFile> files;
+  int64_t file_bytes = 0;
+  for (const FileSample& sample : listing.samples) {
+    for (const FileMember& m : sample.members) {
+      if (m.is_file()) {
+        files.push_back({file_bytes, m.path, m.size, m.mtime_ns});
+        file_bytes += m.size;
+      }
+    }
+  }
+  std::string values;
+  std::vector<SampleRecord> records;
+  records.reserve(listing.samples.size());
+  int64_t next_file = 0;
+  for (FileSample& sample : listing.samples) {
+    SampleRecord record;
+    record.key = std::move(sample.key);
+    record.defect = std::move(sample.defect);
+    record.damage = record.defect;
+    hash = HashBytes(record.key, hash);
+    for (size_t i = 0; i < sample.members.size(); ++i) {
+      const FileMember& m = sample.members[i];
+      MemberRef ref;
+      ref.extension = m.extension;
+      if (m.is_file()) {
+        ref.offset = files[next_file++].base;
+        ref.size = m.size;
+      } else {
+        ref.offset = file_bytes + static_cast<int64_t>(values.size());
+        ref.size = static_cast<int64_t>(m.value.size());
+        values += m.value;
+        hash = HashBytes(m.value, hash);
+      }
+      hash = HashBytes(ref.extension, hash);
+      hash = HashI64(ref.size, hash);
+      if (i == 0 && sample.has_image) {
+        record.image_offset = ref.offset;
+        record.image_size = ref.size;
+        const size_t dot = m.path.rfind('.');
+        record.format = FormatOfExtension(
+            dot == std::string::npos ? "" : m.path.substr(dot + 1));
+      } else if (ref.extension == "cls" && record.label_offset < 0) {
+        record.label_offset = ref.offset;
+        record.label_size = ref.size;
+      }
+      record.members.push_back(std::move(ref));
+    }
+    if (record.defect.empty()) {
+      if (record.image_offset < 0) {
+        record.defect = "no image";
+      } else if (record.label_offset < 0) {
+        record.defect = "no label member";
+      } else if (record.image_size == 0) {
+        record.defect = "empty image member";
+      }
+    }
+    records.push_back(std::move(record));
+  }
+  hash = HashI64(static_cast<int64_t>(records.size()), hash);
+
+  const int64_t total = file_bytes + static_cast<int64_t>(values.size());
+  return FileShard{
+      ShardIndex::FromParts(name, shard_id, total, std::move(records), "", {},
+                            0),
+      std::make_unique<ShardReader>(
+          name, std::make_unique<FileSetSource>(std::move(files),
+                                                std::move(values), file_bytes,
+                                                std::move(on_change))),
+      absl::StrFormat("%016x", hash), file_bytes};
+}
+
+}  // namespace stoker::server
