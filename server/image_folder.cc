@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -103,7 +104,8 @@ void WalkClass(const std::string& top, int32_t label,
     for (Entry& e : *entries) {
       const std::string path = absl::StrCat(at.path, "/", e.name);
       if (!IsUtf8(e.name)) {
-        out->notes.push_back({path, "name is not UTF-8: left out"});
+        out->notes.push_back(
+            {absl::CHexEscape(path), "name is not UTF-8: left out"});
         continue;
       }
       if (e.is_dir) {
@@ -167,7 +169,7 @@ absl::StatusOr<FolderListing> ListImageFolder(const std::string& root,
   for (const Entry& e : *entries) {
     if (!e.is_dir) continue;
     if (!IsUtf8(e.name)) {
-      listing.notes.push_back({absl::StrCat(base, "/", e.name),
+      listing.notes.push_back({absl::CHexEscape(absl::StrCat(base, "/", e.name)),
                                "class folder name is not UTF-8: left out"});
       continue;
     }
