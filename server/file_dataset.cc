@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <cstdio>
 #include <optional>
 #include <fstream>
@@ -23,14 +25,25 @@ namespace stoker::server {
 namespace {
 
 constexpr int kCacheVersion = 1;
+// Stamps younger than this when the listing began do not vouch for it
+// (mtimes move in clock ticks, a few ms; "racy git" has the same rule).
+constexpr int64_t kRacyNs = int64_t{2} * 1000000000;
+
+int64_t WallNowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
 
 int64_t MtimeNs(const struct stat& st) {
   return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-bool StampHolds(const index::v1::Stamp& stamp, bool check_size) {
+bool StampHolds(const index::v1::Stamp& stamp, bool check_size,
+                int64_t listed_ns) {
   struct stat st;
-  return ::stat(stamp.path().c_str(), &st) == 0 &&
+  return stamp.mtime_ns() < listed_ns - kRacyNs &&
+         ::stat(stamp.path().c_str(), &st) == 0 &&
          MtimeNs(st) == stamp.mtime_ns() &&
          static_cast<uint64_t>(st.st_ino) == stamp.inode() &&
          (!check_size || st.st_size == stamp.size());
@@ -50,11 +63,13 @@ std::optional<FileListing> LoadCache(const std::string& entry,
   index::v1::FileListingCache cache;
   if (!cache.ParseFromString(std::move(bytes).str()) ||
       cache.version() != kCacheVersion || cache.source().path() != real ||
-      !StampHolds(cache.source(), /*check_size=*/true)) {
+      !StampHolds(cache.source(), /*check_size=*/true, cache.listed_ns())) {
     return std::nullopt;
   }
   for (const index::v1::Stamp& folder : cache.folders()) {
-    if (!StampHolds(folder, /*check_size=*/false)) return std::nullopt;
+    if (!StampHolds(folder, /*check_size=*/false, cache.listed_ns())) {
+      return std::nullopt;
+    }
   }
   FileListing listing;
   listing.kind = cache.kind();
@@ -84,9 +99,11 @@ std::optional<FileListing> LoadCache(const std::string& entry,
 }
 
 void SaveCache(const std::string& entry, const std::string& real,
-               const struct stat& source, const FileListing& listing) {
+               const struct stat& source, int64_t listed_ns,
+               const FileListing& listing) {
   index::v1::FileListingCache cache;
   cache.set_version(kCacheVersion);
+  cache.set_listed_ns(listed_ns);
   index::v1::Stamp* stamp = cache.mutable_source();
   stamp->set_path(real);
   stamp->set_size(source.st_size);
@@ -144,6 +161,7 @@ absl::StatusOr<OpenedFiles> OpenFileDataset(const std::string& name,
                         absl::StrCat("dataset '", name, "': ", s.message()));
   };
   // Stamped before listing, so a change during the listing is not missed.
+  const int64_t listed_ns = WallNowNs();
   struct stat source;
   if (::stat(path.c_str(), &source) != 0) {
     return prefixed(absl::NotFoundError(
@@ -169,7 +187,7 @@ absl::StatusOr<OpenedFiles> OpenFileDataset(const std::string& name,
       if (!list.ok()) return prefixed(list.status());
       listing = *std::move(list);
     }
-    if (!entry.empty()) SaveCache(entry, real, source, *listing);
+    if (!entry.empty()) SaveCache(entry, real, source, listed_ns, *listing);
   }
   int64_t defective = 0;
   for (const FileSample& s : listing->samples) {

@@ -12,6 +12,9 @@
 // (lists). A later open re-stats only those (a thousand folders for
 // ImageNet, not its 1.28 million files) and reuses the listing if none
 // changed: adding, removing or renaming a file changes its folder's mtime.
+// Stamps less than 2 s older than the listing do not vouch for it (a
+// change in the same clock tick keeps an mtime), so a tree written just
+// before it is listed is listed again next time.
 // A file rewritten in place is caught when read (its size and mtime are
 // checked then; the sample fails with DataLoss), and that read drops the
 // cache entry, so a restart lists afresh.

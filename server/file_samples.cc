@@ -45,14 +45,21 @@ struct VirtualFile {
   int64_t mtime_ns = 0;
 };
 
-// The files back to back, then the values (see file_samples.h).
+// Unread bytes between the files and the values: more than ShardReader
+// coalesces, so reading one sample's image and label never reads other
+// samples' files.
+constexpr int64_t kValuesGap = ShardReader::kMaxCoalesceGap + 1;
+
+// The files back to back, then the gap, then the values (see
+// file_samples.h).
 class FileSetSource : public ByteSource {
  public:
   FileSetSource(std::vector<VirtualFile> files, std::string values,
-                int64_t values_base, std::function<void()> on_change)
+                int64_t file_bytes, std::function<void()> on_change)
       : files_(std::move(files)),
         values_(std::move(values)),
-        values_base_(values_base),
+        file_bytes_(file_bytes),
+        values_base_(file_bytes + kValuesGap),
         on_change_(std::move(on_change)) {}
 
   absl::StatusOr<int64_t> ReadAt(int64_t offset, int64_t size,
@@ -69,6 +76,7 @@ class FileSetSource : public ByteSource {
         done += n;
         continue;
       }
+      if (at >= file_bytes_) break;  // the gap holds nothing
       auto it = std::upper_bound(
           files_.begin(), files_.end(), at,
           [](int64_t o, const VirtualFile& f) { return o < f.base; });
@@ -137,6 +145,7 @@ class FileSetSource : public ByteSource {
 
   const std::vector<VirtualFile> files_;
   const std::string values_;
+  const int64_t file_bytes_;
   const int64_t values_base_;
   const std::function<void()> on_change_;
   mutable std::atomic<bool> changed_{false};
@@ -219,7 +228,8 @@ FileShard MakeFileShard(const std::string& name, int32_t shard_id,
         ref.offset = files[next_file++].base;
         ref.size = m.size;
       } else {
-        ref.offset = file_bytes + static_cast<int64_t>(values.size());
+        ref.offset =
+            file_bytes + kValuesGap + static_cast<int64_t>(values.size());
         ref.size = static_cast<int64_t>(m.value.size());
         values += m.value;
         hash = HashBytes(m.value, hash);
@@ -251,7 +261,8 @@ FileShard MakeFileShard(const std::string& name, int32_t shard_id,
   }
   hash = HashI64(static_cast<int64_t>(records.size()), hash);
 
-  const int64_t total = file_bytes + static_cast<int64_t>(values.size());
+  const int64_t total =
+      file_bytes + kValuesGap + static_cast<int64_t>(values.size());
   return FileShard{
       ShardIndex::FromParts(name, shard_id, total, std::move(records), "", {},
                             0),

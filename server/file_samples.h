@@ -8,7 +8,9 @@
 //
 // The samples become one virtual shard: every file gets a range of a
 // virtual byte space, back to back in sample order, and the values (a
-// label's decimal text, a caption) follow in one block held in memory. The
+// label's decimal text, a caption) follow in one block held in memory,
+// after a gap wider than ShardReader coalesces (so reading a sample's
+// image and label never touches another sample's file). The
 // shard's SampleRecords point into that space like a tar's point into its
 // file, so ShardReader, the fields, the prefetcher and the raw cache serve
 // them unchanged. A read opens the file it falls in, checks its size and
