@@ -298,10 +298,11 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
                          std::move(opened->shard.reader), 0, ""});
   std::unique_ptr<Dataset> dataset(new Dataset(
       name, std::move(shards), std::move(notes), false, std::move(kind)));
-  spdlog::info("dataset '{}': {} '{}'{}: {} samples ({} cannot be read), {} "
-               "classes, {} bytes, fingerprint {}; {} notes",
+  spdlog::info("dataset '{}': {} '{}'{} in {:.3f} s: {} samples ({} cannot "
+               "be read), {} classes, {} bytes, fingerprint {}; {} notes",
                name, dataset->kind(), path,
                opened->from_cache ? " (listing from the index cache)" : "",
+               opened->seconds,
                dataset->sample_count(), opened->defective,
                dataset->classes().size(), dataset->total_bytes(),
                dataset->fingerprint(), dataset->left_out().size());

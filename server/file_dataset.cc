@@ -205,10 +205,12 @@ absl::StatusOr<OpenedFiles> OpenFileDataset(const std::string& name,
                    name);
     };
   }
-  return OpenedFiles{
-      MakeFileShard(path, shard_id, *std::move(listing), std::move(on_change)),
-      std::move(kind), std::move(classes), std::move(notes), defective,
-      from_cache};
+  FileShard shard =
+      MakeFileShard(path, shard_id, *std::move(listing), std::move(on_change));
+  return OpenedFiles{std::move(shard),     std::move(kind),
+                     std::move(classes),   std::move(notes),
+                     defective,            from_cache,
+                     (WallNowNs() - listed_ns) / 1e9};
 }
 
 }  // namespace stoker::server

@@ -45,6 +45,8 @@ struct OpenedFiles {
   std::vector<ListingNote> notes;
   int64_t defective = 0;
   bool from_cache = false;
+  // Listing (or reading the cache entry) and making the shard.
+  double seconds = 0;
 };
 
 // Lists `path` (or reads its cache entry) and makes shard `shard_id`.

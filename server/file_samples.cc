@@ -152,8 +152,9 @@ class FileSetSource : public ByteSource {
 };
 
 // Appends "_<index>" to keys already taken.
+// (Views of the keys: a key changes only before it is inserted.)
 void MakeKeysUnique(std::vector<FileSample>* samples) {
-  absl::flat_hash_set<std::string> taken;
+  absl::flat_hash_set<absl::string_view> taken;
   taken.reserve(samples->size());
   for (size_t i = 0; i < samples->size(); ++i) {
     std::string& key = (*samples)[i].key;
@@ -201,11 +202,12 @@ FileShard MakeFileShard(const std::string& name, int32_t shard_id,
   hash = HashI64(static_cast<int64_t>(listing.classes.size()), hash);
 
   std::vector<VirtualFile> files;
+  files.reserve(listing.samples.size());
   int64_t file_bytes = 0;
   for (const FileSample& sample : listing.samples) {
     for (const FileMember& m : sample.members) {
       if (m.is_file()) {
-        files.push_back({file_bytes, m.path, m.size, m.mtime_ns});
+        files.push_back({file_bytes, "", m.size, m.mtime_ns});
         file_bytes += m.size;
       }
     }
@@ -220,12 +222,13 @@ FileShard MakeFileShard(const std::string& name, int32_t shard_id,
     record.defect = std::move(sample.defect);
     record.damage = record.defect;
     hash = HashBytes(record.key, hash);
+    record.members.reserve(sample.members.size());
     for (size_t i = 0; i < sample.members.size(); ++i) {
-      const FileMember& m = sample.members[i];
+      FileMember& m = sample.members[i];
       MemberRef ref;
       ref.extension = m.extension;
       if (m.is_file()) {
-        ref.offset = files[next_file++].base;
+        ref.offset = files[next_file].base;
         ref.size = m.size;
       } else {
         ref.offset =
@@ -241,12 +244,14 @@ FileShard MakeFileShard(const std::string& name, int32_t shard_id,
         record.image_size = ref.size;
         const size_t dot = m.path.rfind('.');
         record.format = FormatOfExtension(
-            dot == std::string::npos ? "" : m.path.substr(dot + 1));
+            dot == std::string::npos ? absl::string_view()
+                                     : absl::string_view(m.path).substr(dot + 1));
       } else if (ref.extension == "cls" && record.label_offset < 0) {
         record.label_offset = ref.offset;
         record.label_size = ref.size;
       }
       record.members.push_back(std::move(ref));
+      if (m.is_file()) files[next_file++].path = std::move(m.path);
     }
     if (record.defect.empty()) {
       if (record.image_offset < 0) {

@@ -129,8 +129,6 @@ void WalkClass(const std::string& top, int32_t label,
         sample.defect = absl::StrCat("cannot stat: ", std::strerror(errno));
       } else if (!S_ISREG(st.st_mode)) {
         sample.defect = "not a regular file";
-      } else if (access(sample.path.c_str(), R_OK) != 0) {
-        sample.defect = absl::StrCat("not readable: ", std::strerror(errno));
       } else {
         sample.size = st.st_size;
         sample.mtime_ns =

@@ -14,9 +14,10 @@
 // Names compare byte-wise, which for UTF-8 is Python's code-point order.
 //
 // What torchvision would not survive is reported, not fatal:
-//   - a file that is not a readable regular file (a dangling link, a
-//     folder named like an image, no read permission) stays a sample, so
-//     every later index still matches, with a defect: reading it fails;
+//   - a file that is not a regular file (a dangling link, a special file)
+//     stays a sample, so every later index still matches, with a defect:
+//     reading it fails (as does reading a file without read permission,
+//     with open's error);
 //   - names that are not UTF-8 are left out (torchvision orders them by
 //     surrogate code points, which no byte order reproduces);
 //   - a link back to a folder above it (a loop, which torchvision follows
