@@ -237,10 +237,12 @@ class ListTest(unittest.TestCase):
 
     def test_csv_jsonl_and_packed_shards_give_the_same_batches(self):
         out = st.temp_dir("list_packed")
-        result = pack(f"--input={self.csv}", f"--out_dir={out}",
-                      "--shard_samples=4")
-        self.assertIn("samples=9 left_out=0", result.stdout)
-        shards = result.stdout.strip().splitlines()[-1]
+        # stoker.pack runs the same binary.
+        shards = stoker.pack(self.csv, out, shard_samples=4)
+        self.assertEqual(shards, out + "/shard-{000000..000002}.tar")
+        with self.assertRaises(stoker.InvalidArgumentError) as refused:
+            stoker.pack(self.csv, out, shard_samples=5)
+        self.assertIn("holds a pack of another dataset", str(refused.exception))
         sums = []
         for spec in (self.csv, self.jsonl, shards):
             server = serve(spec)

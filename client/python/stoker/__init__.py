@@ -62,6 +62,7 @@ from stoker._stoker import (
 )
 from stoker.diagnose import diagnose
 from stoker.loader import IMAGENET_MEAN, IMAGENET_STD, Loader
+from stoker.pack import pack
 
 __version__ = "0.1.0"
 
@@ -98,5 +99,6 @@ __all__ = [
     "UnauthenticatedError",
     "UnavailableError",
     "diagnose",
+    "pack",
     "set_log_level",
 ]

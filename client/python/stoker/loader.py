@@ -111,7 +111,8 @@ def _local_args(settings: _stoker.Settings, shards: object,
     if shards is None:
         raise _invalid("servers include 'local' but no shards are given: "
                        "name the shard files, e.g. "
-                       "shards='/data/train-*.tar'")
+                       "shards='/data/train-*.tar', an ImageFolder folder "
+                       "or a .csv / .jsonl file list")
     if not isinstance(shards, (str, os.PathLike)) or not os.fspath(shards):
         raise _invalid(f"shards must be a path pattern or URL, got "
                        f"{shards!r}")
@@ -419,9 +420,11 @@ class Loader:
       dataset: the dataset name the servers were started with
         (--dataset=NAME=GLOB); for local servers, the name they serve the
         shards under (the same name as on remote servers for a hybrid).
-      shards: for local servers, the dataset's shards as stoker_server
-        --dataset takes them: a path pattern ("/data/train-*.tar"), a brace
-        range or an http(s):// or s3:// URL.
+      shards: for local servers, the dataset as stoker_server --dataset
+        takes it: shards by a path pattern ("/data/train-*.tar"), a brace
+        range or an http(s):// or s3:// URL; or files as they are: an
+        ImageFolder folder ("/data/train", classes in .classes) or a
+        .csv / .jsonl file list.
       local_cores: the CPUs local servers run on: a number N (the N
         highest-numbered CPUs this process may use, os.sched_getaffinity),
         a list of CPU numbers (any the machine's cgroup allows, so a
