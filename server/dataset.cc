@@ -267,6 +267,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
     const DatasetOptions& options) {
   FileDatasetOptions files;
   files.index_cache_dir = options.index.index_cache_dir;
+  files.store = options.store;
   absl::StatusOr<OpenedFiles> opened =
       OpenFileDataset(name, path, /*shard_id=*/0, files);
   if (!opened.ok()) return opened.status();

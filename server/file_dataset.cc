@@ -88,6 +88,16 @@ std::optional<FileListing> LoadCache(const std::string& entry,
       member.size = m.size();
       member.mtime_ns = m.mtime_ns();
       member.value = std::move(*m.mutable_value());
+      if (m.has_object()) {
+        auto object = std::make_shared<storage::ObjectInfo>();
+        object->url = member.path;
+        object->request_url = m.object().request_url();
+        object->size = member.size;
+        object->version.etag = m.object().etag();
+        object->version.last_modified = m.object().last_modified();
+        object->signed_requests = m.object().signed_requests();
+        member.object = std::move(object);
+      }
       sample.members.push_back(std::move(member));
     }
     listing.samples.push_back(std::move(sample));
@@ -129,6 +139,13 @@ void SaveCache(const std::string& entry, const std::string& real,
       m->set_size(member.size);
       m->set_mtime_ns(member.mtime_ns);
       m->set_value(member.value);
+      if (member.object != nullptr) {
+        index::v1::ObjectVersion* o = m->mutable_object();
+        o->set_request_url(member.object->request_url);
+        o->set_etag(member.object->version.etag);
+        o->set_last_modified(member.object->version.last_modified);
+        o->set_signed_requests(member.object->signed_requests);
+      }
     }
   }
   for (const ListingNote& n : listing.notes) {
@@ -183,7 +200,8 @@ absl::StatusOr<OpenedFiles> OpenFileDataset(const std::string& name,
       if (!folder.ok()) return prefixed(folder.status());
       listing = ToFileListing(path, *std::move(folder));
     } else {
-      absl::StatusOr<FileListing> list = ReadFileList(path, options.threads);
+      absl::StatusOr<FileListing> list =
+          ReadFileList(path, options.threads, options.store);
       if (!list.ok()) return prefixed(list.status());
       listing = *std::move(list);
     }
@@ -205,8 +223,8 @@ absl::StatusOr<OpenedFiles> OpenFileDataset(const std::string& name,
                    name);
     };
   }
-  FileShard shard =
-      MakeFileShard(path, shard_id, *std::move(listing), std::move(on_change));
+  FileShard shard = MakeFileShard(path, shard_id, *std::move(listing),
+                                  std::move(on_change), options.store);
   return OpenedFiles{std::move(shard),     std::move(kind),
                      std::move(classes),   std::move(notes),
                      defective,            from_cache,

@@ -17,21 +17,27 @@
 // before it is listed is listed again next time.
 // A file rewritten in place is caught when read (its size and mtime are
 // checked then; the sample fails with DataLoss), and that read drops the
-// cache entry, so a restart lists afresh.
+// cache entry, so a restart lists afresh. Objects a list names are kept
+// with the version listed; one replaced since fails its reads (If-Match)
+// and drops the entry too.
 
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/file_samples.h"
+#include "server/storage/object_store.h"
 
 namespace stoker::server {
 
 struct FileDatasetOptions {
   // Empty: no cache.
   std::string index_cache_dir;
-  // Threads listing folders or stat'ing files.
+  // Threads listing folders, stat'ing files or looking up objects.
   int threads = 16;
+  // Reads the objects a list names (not owned; outlives the dataset);
+  // null: URLs in lists are bad rows.
+  const storage::ObjectStore* store = nullptr;
 };
 
 // True if `spec` names a folder (an ImageFolder) or a list (by extension,

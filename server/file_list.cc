@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "common/parallel.h"
 #include "common/utf8.h"
+#include "server/storage/url.h"
 
 namespace stoker::server {
 namespace {
@@ -507,6 +508,24 @@ std::string StatFile(FileMember* member) {
   return "";
 }
 
+// Looks up the object `member.path` names; the defect if it cannot be.
+std::string LookUp(const storage::ObjectStore& store, FileMember* member) {
+  absl::StatusOr<storage::Listing> listed = store.List(member->path);
+  if (!listed.ok()) {
+    return absl::StrCat("'", member->path, "': ", listed.status().message());
+  }
+  for (const storage::ObjectInfo& object : listed->objects) {
+    if (object.url != member->path) continue;
+    member->size = object.size;
+    member->object = std::make_shared<const storage::ObjectInfo>(object);
+    return "";
+  }
+  for (const storage::ListedFailure& failure : listed->failures) {
+    return absl::StrCat("'", member->path, "': ", failure.status.message());
+  }
+  return absl::StrCat("'", member->path, "': no such object");
+}
+
 }  // namespace
 
 bool IsFileListPath(const std::string& path) {
@@ -516,7 +535,8 @@ bool IsFileListPath(const std::string& path) {
 }
 
 absl::StatusOr<FileListing> ReadFileList(const std::string& path,
-                                         int threads) {
+                                         int threads,
+                                         const storage::ObjectStore* store) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat("cannot read '", path, "': ",
@@ -571,20 +591,38 @@ absl::StatusOr<FileListing> ReadFileList(const std::string& path,
         case Kind::kImage:
         case Kind::kFile:
           if (absl::StrContains(v, "://")) {
-            listing.notes.push_back(
-                {where, absl::StrCat("'", column.name, "' is a URL ('", v,
-                                     "'): lists of objects in storage are "
-                                     "not read yet; pack them with "
-                                     "stoker_pack or list local files")});
-            bad = true;
-            break;
+            if (store == nullptr ||
+                storage::SchemeOf(v) == storage::Scheme::kLocal) {
+              listing.notes.push_back(
+                  {where, absl::StrCat("'", column.name, "' is a URL ('", v,
+                                       "') ", store == nullptr
+                                                  ? "and this server reads no "
+                                                    "object storage"
+                                                  : "of an unknown scheme")});
+              bad = true;
+              break;
+            }
+            m.path = v;
+            // Looked up below; a placeholder until then.
+            m.object = std::make_shared<const storage::ObjectInfo>();
+          } else {
+            m.path = Resolve(folder, v);
           }
-          m.path = Resolve(folder, v);
           m.extension = column.kind == Kind::kImage
                             ? Extension(v)
                             : absl::StrCat(column.name, ".", Extension(v));
           if (column.kind == Kind::kImage) {
-            sample.key = KeyOfPath(v);
+            // An object's key leaves out the scheme and host (or bucket),
+            // so the same layout gives the same keys wherever it lies.
+            absl::string_view relative = v;
+            if (m.object != nullptr) {
+              const size_t host = relative.find("://") + 3;
+              const size_t slash = relative.find('/', host);
+              relative = slash == absl::string_view::npos
+                             ? absl::string_view()
+                             : relative.substr(slash + 1);
+            }
+            sample.key = KeyOfPath(relative);
             sample.members.insert(sample.members.begin(), std::move(m));
             continue;
           }
@@ -627,7 +665,7 @@ absl::StatusOr<FileListing> ReadFileList(const std::string& path,
   std::vector<std::string> folders = {folder};
   for (const FileSample& s : listing.samples) {
     for (const FileMember& m : s.members) {
-      if (!m.is_file()) continue;
+      if (!m.is_file() || m.object != nullptr) continue;
       const size_t cut = m.path.rfind('/');
       folders.push_back(cut == std::string::npos ? "." : m.path.substr(0, cut));
     }
@@ -649,7 +687,9 @@ absl::StatusOr<FileListing> ReadFileList(const std::string& path,
                         FileSample& s = listing.samples[i];
                         for (FileMember& m : s.members) {
                           if (!m.is_file()) continue;
-                          std::string defect = StatFile(&m);
+                          std::string defect = m.object != nullptr
+                                                   ? LookUp(*store, &m)
+                                                   : StatFile(&m);
                           if (!defect.empty() && s.defect.empty()) {
                             s.defect = std::move(defect);
                           }

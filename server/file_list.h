@@ -8,8 +8,10 @@
 // Columns:
 //   - the image column: the first of "image", "path", "file", "filename",
 //     "img" (a CSV list without them: its first column). A path relative
-//     to the list's folder, or absolute. Member extension: the file's own,
-//     lowercased ("jpg").
+//     to the list's folder, or absolute, or an object's URL (http://,
+//     https://, s3://; see server/storage/object_store.h), which is looked
+//     up (HEAD, or an S3 listing) at start-up. Member extension: the
+//     file's own, lowercased ("jpg").
 //   - the label column: the first of "label", "class", "cls", "target":
 //     a decimal integer in [0, 2^31); member "cls".
 //   - every other column C, by its values: all decimal integers -> "C.cls";
@@ -25,12 +27,15 @@
 // sample defective (reading it fails with the reason), so the others keep
 // their indices. Names that are not UTF-8 are rows that do not parse.
 //
-// Files are stat'ed in parallel (`threads`).
+// Files are stat'ed and objects looked up in parallel (`threads`); a URL
+// that cannot be looked up makes its sample defective. Without a `store`
+// a URL is a bad row.
 
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "server/file_samples.h"
+#include "server/storage/object_store.h"
 
 namespace stoker::server {
 
@@ -42,8 +47,9 @@ bool IsFileListPath(const std::string& path);
 // InvalidArgument for a list without rows, without an image column or
 // whose header is bad (an empty or repeated column name, an unknown
 // ":kind"); FailedPrecondition naming the first notes if no row is left.
-absl::StatusOr<FileListing> ReadFileList(const std::string& path,
-                                         int threads = 16);
+absl::StatusOr<FileListing> ReadFileList(
+    const std::string& path, int threads = 16,
+    const storage::ObjectStore* store = nullptr);
 
 }  // namespace stoker::server
 

@@ -43,6 +43,7 @@ struct VirtualFile {
   std::string path;
   int64_t size = 0;
   int64_t mtime_ns = 0;
+  std::shared_ptr<const storage::ObjectInfo> object;  // null: a local file
 };
 
 // Unread bytes between the files and the values: more than ShardReader
@@ -55,12 +56,14 @@ constexpr int64_t kValuesGap = ShardReader::kMaxCoalesceGap + 1;
 class FileSetSource : public ByteSource {
  public:
   FileSetSource(std::vector<VirtualFile> files, std::string values,
-                int64_t file_bytes, std::function<void()> on_change)
+                int64_t file_bytes, std::function<void()> on_change,
+                const storage::ObjectStore* store)
       : files_(std::move(files)),
         values_(std::move(values)),
         file_bytes_(file_bytes),
         values_base_(file_bytes + kValuesGap),
-        on_change_(std::move(on_change)) {}
+        on_change_(std::move(on_change)),
+        store_(store) {}
 
   absl::StatusOr<int64_t> ReadAt(int64_t offset, int64_t size,
                                  char* dst) const override {
@@ -96,6 +99,16 @@ class FileSetSource : public ByteSource {
  private:
   absl::Status ReadFile(const VirtualFile& file, int64_t offset, int64_t size,
                         char* dst) const {
+    if (file.object != nullptr) {
+      if (store_ == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("'", file.path, "': no object store to read it"));
+      }
+      absl::Status read = store_->ReadRange(*file.object, offset, size, dst);
+      if (absl::IsDataLoss(read)) Changed();
+      if (read.ok()) return read;
+      return absl::DataLossError(read.message());
+    }
     const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       const int err = errno;
@@ -148,6 +161,7 @@ class FileSetSource : public ByteSource {
   const int64_t file_bytes_;
   const int64_t values_base_;
   const std::function<void()> on_change_;
+  const storage::ObjectStore* const store_;
   mutable std::atomic<bool> changed_{false};
 };
 
@@ -195,7 +209,8 @@ std::string KeyOfPath(absl::string_view relative) {
 }
 
 FileShard MakeFileShard(const std::string& name, int32_t shard_id,
-                        FileListing listing, std::function<void()> on_change) {
+                        FileListing listing, std::function<void()> on_change,
+                        const storage::ObjectStore* store) {
   MakeKeysUnique(&listing.samples);
   uint64_t hash = common::kFnv64Offset;
   for (const std::string& c : listing.classes) hash = HashBytes(c, hash);
@@ -207,7 +222,7 @@ FileShard MakeFileShard(const std::string& name, int32_t shard_id,
   for (const FileSample& sample : listing.samples) {
     for (const FileMember& m : sample.members) {
       if (m.is_file()) {
-        files.push_back({file_bytes, "", m.size, m.mtime_ns});
+        files.push_back({file_bytes, "", m.size, m.mtime_ns, m.object});
         file_bytes += m.size;
       }
     }
@@ -274,7 +289,7 @@ FileShard MakeFileShard(const std::string& name, int32_t shard_id,
       std::make_unique<ShardReader>(
           name, std::make_unique<FileSetSource>(std::move(files),
                                                 std::move(values), file_bytes,
-                                                std::move(on_change))),
+                                                std::move(on_change), store)),
       absl::StrFormat("%016x", hash), file_bytes};
 }
 

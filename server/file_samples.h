@@ -15,11 +15,14 @@
 // file, so ShardReader, the fields, the prefetcher and the raw cache serve
 // them unchanged. A read opens the file it falls in, checks its size and
 // mtime against the listing (DataLoss naming the file if either changed)
-// and preads it.
+// and preads it. An object in storage is read with a range request at the
+// version listed (If-Match: a replaced object fails with DataLoss); one
+// request per member, made by the worker that needs it (no read-ahead:
+// Dataset::remote() is false for files).
 //
 // Keys. A sample's key names it in reports, batch headers and the shards
-// stoker_pack writes: its image path relative to the root, without the
-// extension, with '.' in the last part replaced by '_' (so the WebDataset
+// stoker_pack writes: its image path relative to the root (an object's:
+// its URL's path after the host or bucket), without the extension, with '.' in the last part replaced by '_' (so the WebDataset
 // rule reads the same key back) and "_<index>" appended to a key already
 // taken.
 
@@ -31,6 +34,7 @@
 
 #include "absl/strings/string_view.h"
 #include "server/shard_reader.h"
+#include "server/storage/object_store.h"
 
 namespace stoker::server {
 
@@ -38,10 +42,12 @@ namespace stoker::server {
 struct FileMember {
   // WebDataset extension ("jpg", "cls", "mask.png", "caption.txt").
   std::string extension;
-  // A file: its path and what it was when listed.
+  // A file: its path (or URL) and what it was when listed.
   std::string path;
   int64_t size = 0;
   int64_t mtime_ns = 0;
+  // Set for an object in storage (path is its URL): read at this version.
+  std::shared_ptr<const storage::ObjectInfo> object;
   // A value (path empty): its bytes.
   std::string value;
 
@@ -104,10 +110,12 @@ struct FileShard {
 // The listing as shard `shard_id` named `name` (the root or list path, for
 // messages). Keys are made unique (see Keys). `on_change` (may be empty)
 // is called once, the first time a read finds a file changed (the index
-// cache drops its entry there).
+// cache drops its entry there). `store` reads the members that are
+// objects; it must outlive the shard (null if there are none).
 FileShard MakeFileShard(const std::string& name, int32_t shard_id,
                         FileListing listing,
-                        std::function<void()> on_change = {});
+                        std::function<void()> on_change = {},
+                        const storage::ObjectStore* store = nullptr);
 
 }  // namespace stoker::server
 

@@ -32,6 +32,7 @@
 #include "server/data_service.h"
 #include "server/dataset.h"
 #include "server/file_dataset.h"
+#include "server/file_list.h"
 #include "image/image_probe.h"
 #include "image/ops/plugin.h"
 #include "server/metrics_exporter.h"
@@ -297,9 +298,11 @@ absl::Status ReadDatasets(const std::vector<std::string>& datasets,
     config->datasets.emplace_back(d.substr(0, eq), d.substr(eq + 1));
   }
   for (const auto& [name, glob] : config->datasets) {
+    // A file list may name objects in storage.
     config->any_remote =
         config->any_remote ||
-        stoker::storage::SchemeOf(glob) != stoker::storage::Scheme::kLocal;
+        stoker::storage::SchemeOf(glob) != stoker::storage::Scheme::kLocal ||
+        stoker::server::IsFileListPath(glob);
   }
   return absl::OkStatus();
 }

@@ -356,5 +356,95 @@ class ObjectStoreTest(unittest.TestCase):
                           refused("s3://shards/*.tar", "--s3_endpoint=ftp://x"))
 
 
+
+class ObjectListTest(unittest.TestCase):
+    """File lists (CSV) whose rows name objects: the same images over HTTP
+    and S3 give the epoch of the same list of local files; a missing
+    object is a bad sample; a replaced one fails its reads."""
+
+    @classmethod
+    def setUpClass(cls):
+        from PIL import Image
+        import numpy as np
+        cls.dir = st.temp_dir("object_lists")
+        os.makedirs(os.path.join(cls.dir, "img"))
+        rng = np.random.default_rng(3)
+        rows = []
+        for i in range(12):
+            pixels = rng.integers(0, 255, (48 + i, 64, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(
+                os.path.join(cls.dir, f"img/{i:02d}.jpg"), quality=90)
+            rows.append((f"img/{i:02d}.jpg", i % 4))
+        cls.rows = rows
+
+    def write_list(self, name, prefix, extra=()):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write("image,label\n")
+            for image, label in list(self.rows) + list(extra):
+                f.write(f"{prefix}{image},{label}\n")
+        return path
+
+    def test_http_and_s3_lists_give_the_local_list_epoch(self):
+        local = st.Server(self.write_list("local.csv", ""), threads=2,
+                          flags=["--index_cache_dir=none"])
+        local_sum = checksum_of(fetch(local)[1])
+        local_fp = fingerprint(stop(local))
+        with object_stores.Nginx(self.dir) as web, \
+                object_stores.S3rver(self.dir, "imgs") as s3:
+            http = st.Server(self.write_list("http.csv", web.base_url + "/"),
+                             threads=2, flags=["--index_cache_dir=none"])
+            env = {"AWS_ACCESS_KEY_ID": s3.access_key,
+                   "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+                   "AWS_REGION": s3.region}
+            os.environ.update(env)
+            try:
+                s3_server = st.Server(
+                    self.write_list("s3.csv", "s3://imgs/"), threads=2,
+                    flags=[f"--s3_endpoint={s3.endpoint}",
+                           "--index_cache_dir=none"])
+            finally:
+                for name in env:
+                    del os.environ[name]
+            for server in (http, s3_server):
+                self.assertEqual(checksum_of(fetch(server)[1]), local_sum)
+            # Same keys, sizes and labels: the same fingerprint.
+            for server in (http, s3_server):
+                self.assertEqual(fingerprint(stop(server)), local_fp)
+            ranges = [r for r in web.requests() if r["range"]]
+            self.assertGreaterEqual(len(ranges), len(self.rows))
+
+    def test_missing_and_replaced_objects(self):
+        served = st.temp_dir("object_lists_served")
+        shutil.copytree(os.path.join(self.dir, "img"),
+                        os.path.join(served, "img"))
+        cache = st.temp_dir("object_lists_cache")
+        with object_stores.Nginx(served) as web:
+            path = self.write_list("missing.csv", web.base_url + "/",
+                                   extra=[("img/none.jpg", 1)])
+            # As old as a real list: a stamp younger than 2 s does not
+            # vouch for a cached listing.
+            old = os.path.getmtime(path) - 3600
+            os.utime(path, (old, old))
+            os.utime(self.dir, (old, old))
+            server = st.Server(path, threads=2,
+                               flags=[f"--index_cache_dir={cache}"])
+            _, out, _ = fetch(server)
+            self.assertIn(f"images={len(self.rows)} ", out)
+            self.assertIn("none.jpg", stop(server))
+            # A restart takes the objects' versions from the index cache.
+            server = st.Server(path, threads=2,
+                               flags=[f"--index_cache_dir={cache}"])
+            # An object replaced after listing (another ETag) fails its
+            # reads; the others are served.
+            with open(os.path.join(served, "img/03.jpg"), "ab") as f:
+                f.write(b"\0" * 100)
+            _, out, _ = fetch(server)
+            self.assertIn(f"images={len(self.rows) - 1} ", out)
+            log = stop(server)
+            self.assertIn("from the index cache", log)
+            self.assertIn("index cache entry is dropped", log)
+
+
 if __name__ == "__main__":
     unittest.main()
