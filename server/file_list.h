@@ -27,6 +27,10 @@
 // sample defective (reading it fails with the reason), so the others keep
 // their indices. Names that are not UTF-8 are rows that do not parse.
 //
+// Keys (server/file_samples.h): an object's key leaves out the scheme and
+// host (or bucket), so the same layout over HTTP, S3 and local disk gives
+// the same keys and fingerprint.
+//
 // Files are stat'ed and objects looked up in parallel (`threads`); a URL
 // that cannot be looked up makes its sample defective. Without a `store`
 // a URL is a bad row.
