@@ -146,10 +146,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
     return absl::InvalidArgumentError(
         absl::StrCat("dataset '", name, "': empty shard glob"));
   }
+  if (IsFileDatasetSpec(glob)) return OpenFiles(name, glob, options);
   if (storage::SchemeOf(glob) != storage::Scheme::kLocal) {
     return OpenRemote(name, glob, options);
   }
-  if (IsFileDatasetSpec(glob)) return OpenFiles(name, glob, options);
   absl::StatusOr<std::vector<std::string>> paths = ExpandGlob(name, glob);
   if (!paths.ok()) return paths.status();
 

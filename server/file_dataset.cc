@@ -19,6 +19,7 @@
 #include "proto/file_index.pb.h"
 #include "server/file_list.h"
 #include "server/image_folder.h"
+#include "server/storage/url.h"
 #include "spdlog/spdlog.h"
 
 namespace stoker::server {
@@ -161,10 +162,33 @@ void SaveCache(const std::string& entry, const std::string& real,
   }
 }
 
+// The shard and what is said about it.
+OpenedFiles Finish(const std::string& path, int32_t shard_id,
+                   FileListing listing, bool from_cache, int64_t listed_ns,
+                   std::function<void()> on_change,
+                   const storage::ObjectStore* store) {
+  int64_t defective = 0;
+  for (const FileSample& s : listing.samples) {
+    if (!s.defect.empty()) ++defective;
+  }
+  std::string kind = listing.kind;
+  std::vector<std::string> classes = listing.classes;
+  std::vector<ListingNote> notes = listing.notes;
+  FileShard shard = MakeFileShard(path, shard_id, std::move(listing),
+                                  std::move(on_change), store);
+  return OpenedFiles{std::move(shard),     std::move(kind),
+                     std::move(classes),   std::move(notes),
+                     defective,            from_cache,
+                     (WallNowNs() - listed_ns) / 1e9};
+}
+
 }  // namespace
 
 bool IsFileDatasetSpec(const std::string& spec) {
   if (IsFileListPath(spec)) return true;
+  if (storage::SchemeOf(spec) != storage::Scheme::kLocal) {
+    return !spec.empty() && spec.back() == '/';
+  }
   struct stat st;
   return ::stat(spec.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
@@ -179,6 +203,21 @@ absl::StatusOr<OpenedFiles> OpenFileDataset(const std::string& name,
   };
   // Stamped before listing, so a change during the listing is not missed.
   const int64_t listed_ns = WallNowNs();
+  if (storage::SchemeOf(path) != storage::Scheme::kLocal) {
+    // In object storage: listed at every start (no stamps to trust).
+    if (options.store == nullptr) {
+      return prefixed(absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' is in object storage, which this "
+                       "server was not set up to read")));
+    }
+    absl::StatusOr<FileListing> listing =
+        IsFileListPath(path)
+            ? ReadFileList(path, options.threads, options.store)
+            : ListObjectFolder(*options.store, path);
+    if (!listing.ok()) return prefixed(listing.status());
+    return Finish(path, shard_id, *std::move(listing), false, listed_ns, {},
+                  options.store);
+  }
   struct stat source;
   if (::stat(path.c_str(), &source) != 0) {
     return prefixed(absl::NotFoundError(
@@ -207,13 +246,6 @@ absl::StatusOr<OpenedFiles> OpenFileDataset(const std::string& name,
     }
     if (!entry.empty()) SaveCache(entry, real, source, listed_ns, *listing);
   }
-  int64_t defective = 0;
-  for (const FileSample& s : listing->samples) {
-    if (!s.defect.empty()) ++defective;
-  }
-  std::string kind = listing->kind;
-  std::vector<std::string> classes = listing->classes;
-  std::vector<ListingNote> notes = listing->notes;
   std::function<void()> on_change;
   if (!entry.empty()) {
     on_change = [entry, name] {
@@ -223,12 +255,8 @@ absl::StatusOr<OpenedFiles> OpenFileDataset(const std::string& name,
                    name);
     };
   }
-  FileShard shard = MakeFileShard(path, shard_id, *std::move(listing),
-                                  std::move(on_change), options.store);
-  return OpenedFiles{std::move(shard),     std::move(kind),
-                     std::move(classes),   std::move(notes),
-                     defective,            from_cache,
-                     (WallNowNs() - listed_ns) / 1e9};
+  return Finish(path, shard_id, *std::move(listing), from_cache, listed_ns,
+                std::move(on_change), options.store);
 }
 
 }  // namespace stoker::server

@@ -364,6 +364,9 @@ Table ParseJsonLines(absl::string_view text, const std::string& path) {
 
 enum class Kind { kImage, kLabel, kClass, kFile, kText };
 
+// Lists in object storage larger than this are refused.
+constexpr int64_t kMaxListBytes = int64_t{1} << 30;
+
 struct Column {
   std::string name;
   Kind kind = Kind::kText;
@@ -537,14 +540,26 @@ bool IsFileListPath(const std::string& path) {
 absl::StatusOr<FileListing> ReadFileList(const std::string& path,
                                          int threads,
                                          const storage::ObjectStore* store) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read '", path, "': ",
-                                            std::strerror(errno)));
+  std::string text;
+  if (storage::SchemeOf(path) != storage::Scheme::kLocal) {
+    if (store == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", path, "' is in object storage, which this server was not set "
+          "up to read"));
+    }
+    absl::StatusOr<std::string> read = store->ReadSmall(path, kMaxListBytes);
+    if (!read.ok()) return read.status();
+    text = *std::move(read);
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat("cannot read '", path, "': ",
+                                              std::strerror(errno)));
+    }
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    text = std::move(buffer).str();
   }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = std::move(buffer).str();
   const bool csv = absl::EndsWithIgnoreCase(path, ".csv");
   Table table;
   if (csv) {
@@ -590,23 +605,22 @@ absl::StatusOr<FileListing> ReadFileList(const std::string& path,
       switch (column.kind) {
         case Kind::kImage:
         case Kind::kFile:
-          if (absl::StrContains(v, "://")) {
+          m.path = absl::StrContains(v, "://") ? v : Resolve(folder, v);
+          if (absl::StrContains(m.path, "://")) {
             if (store == nullptr ||
-                storage::SchemeOf(v) == storage::Scheme::kLocal) {
+                storage::SchemeOf(m.path) == storage::Scheme::kLocal) {
               listing.notes.push_back(
-                  {where, absl::StrCat("'", column.name, "' is a URL ('", v,
-                                       "') ", store == nullptr
-                                                  ? "and this server reads no "
-                                                    "object storage"
-                                                  : "of an unknown scheme")});
+                  {where, absl::StrCat("'", column.name, "' is a URL ('",
+                                       m.path, "') ",
+                                       store == nullptr
+                                           ? "and this server reads no "
+                                             "object storage"
+                                           : "of an unknown scheme")});
               bad = true;
               break;
             }
-            m.path = v;
             // Looked up below; a placeholder until then.
             m.object = std::make_shared<const storage::ObjectInfo>();
-          } else {
-            m.path = Resolve(folder, v);
           }
           m.extension = column.kind == Kind::kImage
                             ? Extension(v)
@@ -615,7 +629,7 @@ absl::StatusOr<FileListing> ReadFileList(const std::string& path,
             // An object's key leaves out the scheme and host (or bucket),
             // so the same layout gives the same keys wherever it lies.
             absl::string_view relative = v;
-            if (m.object != nullptr) {
+            if (absl::StrContains(v, "://")) {
               const size_t host = relative.find("://") + 3;
               const size_t slash = relative.find('/', host);
               relative = slash == absl::string_view::npos

@@ -47,7 +47,9 @@ namespace stoker::server {
 // ".ndjson", any case).
 bool IsFileListPath(const std::string& path);
 
-// Reads and indexes the list at `path`. NotFound if it does not exist;
+// Reads and indexes the list at `path` (a local path, or an object's URL
+// read through `store`: relative paths in it are then relative to the
+// list's URL). NotFound if it does not exist;
 // InvalidArgument for a list without rows, without an image column or
 // whose header is bad (an empty or repeated column name, an unknown
 // ":kind"); FailedPrecondition naming the first notes if no row is left.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -240,6 +241,75 @@ FileListing ToFileListing(const std::string& root, FolderListing listing) {
     sample.members = {std::move(image), std::move(label)};
     sample.defect = std::move(s.defect);
     out.samples.push_back(std::move(sample));
+  }
+  return out;
+}
+
+absl::StatusOr<FileListing> ListObjectFolder(const storage::ObjectStore& store,
+                                             const std::string& root) {
+  std::string base = root;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  absl::StatusOr<storage::Listing> listed = store.ListTree(base + "/");
+  if (!listed.ok()) return listed.status();
+  // class -> folder within it ("" for the class folder) -> objects, each
+  // sorted as sorted(os.walk(...)) and sorted(filenames) sort them.
+  std::map<std::string,
+           std::map<std::string,
+                    std::vector<std::pair<std::string,
+                                          const storage::ObjectInfo*>>>>
+      tree;
+  FileListing out;
+  out.kind = "ImageFolder";
+  for (const storage::ListedFailure& f : listed->failures) {
+    out.notes.push_back({f.url, std::string(f.status.message())});
+  }
+  for (const storage::ObjectInfo& object : listed->objects) {
+    const absl::string_view relative =
+        absl::string_view(object.url).substr(base.size() + 1);
+    const size_t first = relative.find('/');
+    if (first == absl::string_view::npos) continue;  // beside the classes
+    const size_t last = relative.rfind('/');
+    const std::string folder(
+        relative.substr(first + 1, last > first ? last - first - 1 : 0));
+    tree[std::string(relative.substr(0, first))][folder].emplace_back(
+        std::string(relative.substr(last + 1)), &object);
+  }
+  if (tree.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "'", root, "' holds no class folder (ImageFolder: root/<class>/"
+        "<image>)"));
+  }
+  for (auto& [name, folders] : tree) {
+    const int32_t label = static_cast<int32_t>(out.classes.size());
+    out.classes.push_back(name);
+    const size_t before = out.samples.size();
+    for (auto& [folder, files] : folders) {
+      std::sort(files.begin(), files.end());
+      for (const auto& [file, object] : files) {
+        if (!HasImageFolderExtension(file)) continue;
+        FileSample sample;
+        sample.key = KeyOfPath(
+            absl::string_view(object->url).substr(base.size() + 1));
+        FileMember image;
+        image.extension = absl::AsciiStrToLower(file.substr(file.rfind('.') + 1));
+        image.path = object->url;
+        image.size = object->size;
+        image.object = std::make_shared<const storage::ObjectInfo>(*object);
+        FileMember value;
+        value.extension = "cls";
+        value.value = absl::StrCat(label);
+        sample.members = {std::move(image), std::move(value)};
+        out.samples.push_back(std::move(sample));
+      }
+    }
+    if (out.samples.size() == before) {
+      out.notes.push_back({absl::StrCat(base, "/", name),
+                           "class folder without images"});
+    }
+  }
+  if (out.samples.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", root, "' holds no image"));
   }
   return out;
 }

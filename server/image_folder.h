@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/file_samples.h"
+#include "server/storage/object_store.h"
 
 namespace stoker::server {
 
@@ -69,6 +70,16 @@ struct FolderListing {
 // The listing as file samples: the image member (its extension lowercased)
 // and the label as a "cls" value.
 FileListing ToFileListing(const std::string& root, FolderListing listing);
+
+// An ImageFolder in object storage (s3://bucket/train/, listed whole with
+// ObjectStore::ListTree): the same classes, order and labels as the same
+// tree on disk, as file samples whose images are objects. Object stores
+// have no empty folders or links: a class "folder" exists when an object
+// lies under it. Objects directly under the root are not samples (as
+// files beside the class folders are not). Errors: the listing's;
+// NotFound without class folders; FailedPrecondition without images.
+absl::StatusOr<FileListing> ListObjectFolder(const storage::ObjectStore& store,
+                                             const std::string& root);
 
 // Lists the tree at `root` (a trailing '/' is ignored), walking up to
 // `threads` class folders at once. NOT_FOUND if `root` does not exist or

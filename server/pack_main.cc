@@ -21,6 +21,7 @@
 #include "common/command_line.h"
 #include "server/dataset.h"
 #include "server/pack.h"
+#include "server/storage/object_store.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, input, "",
@@ -41,6 +42,12 @@ ABSL_FLAG(int, threads, 4, "Shards written at once.");
 ABSL_FLAG(std::string, index_cache_dir, "",
           "Keep the input's listing here (as stoker_server does); empty: "
           "none.");
+ABSL_FLAG(std::string, s3_endpoint, "",
+          "http(s)://host[:port] of an S3-compatible store (as stoker_server's "
+          "flag); empty: AWS S3.");
+ABSL_FLAG(std::string, s3_region, "", "Region for S3 request signing.");
+ABSL_FLAG(std::string, storage_ca_file, "",
+          "PEM CA bundle for https:// and S3 endpoints; empty: the system's.");
 ABSL_FLAG(int64_t, testing_kill_after_samples, 0,
           "Testing: SIGKILL the process after this many samples.");
 
@@ -115,6 +122,16 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   stoker::server::DatasetOptions dataset_options;
   dataset_options.index.index_cache_dir = absl::GetFlag(FLAGS_index_cache_dir);
+  // Inputs in object storage (shards, folders, lists or the objects a list
+  // names) are read through it.
+  stoker::storage::StorageOptions storage;
+  storage.s3_endpoint = absl::GetFlag(FLAGS_s3_endpoint);
+  storage.s3_region = absl::GetFlag(FLAGS_s3_region);
+  storage.http.ca_file = absl::GetFlag(FLAGS_storage_ca_file);
+  absl::StatusOr<std::unique_ptr<stoker::storage::ObjectStore>> store =
+      stoker::storage::ObjectStore::Create(storage);
+  if (!store.ok()) return Fail(store.status());
+  dataset_options.store = store->get();
   absl::StatusOr<std::unique_ptr<stoker::server::Dataset>> dataset =
       stoker::server::Dataset::Open("input", input, dataset_options);
   if (!dataset.ok()) return Fail(dataset.status());

@@ -220,16 +220,27 @@ absl::StatusOr<Listing> ObjectStore::ListHttp(const std::string& pattern) const 
   return listing;
 }
 
-absl::StatusOr<Listing> ObjectStore::ListS3(const std::string& pattern) const {
+absl::StatusOr<Listing> ObjectStore::ListTree(const std::string& prefix) const {
+  if (SchemeOf(prefix) != Scheme::kS3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", prefix, "': only s3:// folders can be listed (web servers "
+        "cannot be)"));
+  }
+  return ListS3(prefix, /*whole_tree=*/true);
+}
+
+absl::StatusOr<Listing> ObjectStore::ListS3(const std::string& pattern,
+                                            bool whole_tree) const {
   absl::StatusOr<S3Location> location = ParseS3Url(pattern);
   if (!location.ok()) return location.status();
   absl::StatusOr<const SigV4*> sign = S3Signer();
   if (!sign.ok()) return sign.status();
   absl::StatusOr<std::vector<std::string>> key_patterns =
-      ExpandBraces(location->key);
+      whole_tree ? std::vector<std::string>{} : ExpandBraces(location->key);
   if (!key_patterns.ok()) return key_patterns.status();
   // One listing under the longest prefix all patterns share.
-  std::string prefix(LiteralPrefix(location->key));
+  std::string prefix(whole_tree ? location->key
+                                : std::string(LiteralPrefix(location->key)));
 
   // Path style lists "endpoint/bucket?..."; a virtual host lists "/?...".
   const std::string list_base = absl::StrCat(
@@ -253,7 +264,7 @@ absl::StatusOr<Listing> ObjectStore::ListS3(const std::string& pattern) const {
     }
     for (absl::string_view contents : XmlElements(*body, "Contents")) {
       const std::string key = XmlText(contents, "Key");
-      bool match = false;
+      bool match = whole_tree && !key.empty() && key.back() != '/';
       for (const std::string& p : *key_patterns) {
         match = match || ::fnmatch(p.c_str(), key.c_str(), FNM_PATHNAME) == 0;
       }

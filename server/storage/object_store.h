@@ -91,6 +91,12 @@ class ObjectStore {
   // names that fail one by one (a 404 on HEAD) are in `failures`.
   absl::StatusOr<Listing> List(const std::string& pattern) const;
 
+  // Every object under `prefix` (s3://bucket/some/folder/, at any depth;
+  // "folder marker" keys ending in '/' left out), sorted by URL.
+  // InvalidArgument for an http(s) prefix (web servers cannot be listed);
+  // List's errors otherwise.
+  absl::StatusOr<Listing> ListTree(const std::string& prefix) const;
+
   // Reads [offset, offset + size) of `object` into dst[0, size).
   absl::Status ReadRange(const ObjectInfo& object, int64_t offset,
                          int64_t size, char* dst) const;
@@ -117,7 +123,9 @@ class ObjectStore {
   std::string S3RequestUrl(const std::string& bucket,
                            const std::string& key) const;
   absl::StatusOr<Listing> ListHttp(const std::string& pattern) const;
-  absl::StatusOr<Listing> ListS3(const std::string& pattern) const;
+  // `whole_tree`: every key under the pattern's key, which is a prefix.
+  absl::StatusOr<Listing> ListS3(const std::string& pattern,
+                                 bool whole_tree = false) const;
   const SigV4* SignerFor(const ObjectInfo& object) const;
 
   const StorageOptions options_;

@@ -18,6 +18,7 @@ import object_stores
 import stoker_testing as st
 
 INDEX_BIN = os.environ.get("STOKER_INDEX_BIN", "")
+PACK_BIN = os.environ.get("STOKER_PACK_BIN", "")
 NUM_SHARDS = 4
 PER_SHARD = 30
 BATCH = 8
@@ -413,6 +414,60 @@ class ObjectListTest(unittest.TestCase):
                 self.assertEqual(fingerprint(stop(server)), local_fp)
             ranges = [r for r in web.requests() if r["range"]]
             self.assertGreaterEqual(len(ranges), len(self.rows))
+
+    def test_image_folder_and_list_in_s3_equal_local(self):
+        from PIL import Image
+        tree = os.path.join(self.dir, "tree")
+        for i, rel in enumerate(["b/x.jpg", "a/2.jpg", "a/sub/1.jpg",
+                                 "a/10.png", "b/notes.txt", "c/readme.txt"]):
+            path = os.path.join(tree, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if rel.endswith(".txt"):
+                with open(path, "w") as f:
+                    f.write("not an image")
+            else:
+                Image.new("RGB", (40 + i, 30), (i * 40, 90, 10)).save(path)
+        self.write_list("rel.csv", "")
+        local = st.Server(tree, threads=2, flags=["--index_cache_dir=none"])
+        local_sum = checksum_of(fetch(local)[1])
+        local_fp = fingerprint(stop(local))
+        packed_local = st.temp_dir("packed_local")
+        subprocess.run([PACK_BIN, f"--input={tree}",
+                        f"--out_dir={packed_local}"], check=True,
+                       capture_output=True)
+        with object_stores.S3rver(self.dir, "imgs") as s3:
+            env = {"AWS_ACCESS_KEY_ID": s3.access_key,
+                   "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+                   "AWS_REGION": s3.region}
+            os.environ.update(env)
+            try:
+                folder = st.Server("s3://imgs/tree/", threads=2,
+                                   flags=[f"--s3_endpoint={s3.endpoint}"])
+                listed = st.Server("s3://imgs/rel.csv", threads=2,
+                                   flags=[f"--s3_endpoint={s3.endpoint}"])
+                packed_s3 = st.temp_dir("packed_s3")
+                subprocess.run([PACK_BIN, "--input=s3://imgs/tree/",
+                                f"--out_dir={packed_s3}",
+                                f"--s3_endpoint={s3.endpoint}"], check=True,
+                               capture_output=True)
+            finally:
+                for name in env:
+                    del os.environ[name]
+            self.assertEqual(checksum_of(fetch(folder)[1]), local_sum)
+            log = stop(folder)
+            self.assertEqual(fingerprint(log), local_fp)
+            self.assertIn("class folder without images", log)  # c/
+            local_list = st.Server(os.path.join(self.dir, "rel.csv"),
+                                   threads=2, flags=["--index_cache_dir=none"])
+            self.assertEqual(checksum_of(fetch(listed)[1]),
+                             checksum_of(fetch(local_list)[1]))
+            self.assertEqual(fingerprint(stop(listed)),
+                             fingerprint(stop(local_list)))
+        # stoker_pack reads the bucket as it reads the disk.
+        for name in sorted(os.listdir(packed_local)):
+            with open(os.path.join(packed_local, name), "rb") as a, \
+                    open(os.path.join(packed_s3, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
 
     def test_missing_and_replaced_objects(self):
         served = st.temp_dir("object_lists_served")
