@@ -62,7 +62,20 @@ struct ClassWalk {
   std::vector<FolderSample> samples;
   std::vector<FolderListing::Note> notes;
   std::vector<FolderStamp> folders;
+  // Files without an image extension, and the first one.
+  int64_t other_files = 0;
+  std::string first_other;
 };
+
+// One note for all the files left out for their extension.
+void NoteOtherFiles(int64_t count, const std::string& first,
+                    std::vector<FolderListing::Note>* notes) {
+  if (count == 0) return;
+  notes->push_back(
+      {first, absl::StrCat(count, count == 1 ? " file" : " files",
+                           " without an image extension left out (this is "
+                           "the first)")});
+}
 
 FolderStamp StampOf(const std::string& path, const struct stat& st) {
   return {path, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
@@ -121,7 +134,12 @@ void WalkClass(const std::string& top, int32_t label,
   std::sort(folders.begin(), folders.end());
   for (const auto& [folder, files] : folders) {
     for (const std::string& file : files) {
-      if (!HasImageFolderExtension(file)) continue;
+      if (!HasImageFolderExtension(file)) {
+        if (out->other_files++ == 0) {
+          out->first_other = absl::StrCat(folder, "/", file);
+        }
+        continue;
+      }
       FolderSample sample;
       sample.path = absl::StrCat(folder, "/", file);
       sample.label = label;
@@ -185,6 +203,13 @@ absl::StatusOr<FolderListing> ListImageFolder(const std::string& root,
     WalkClass(absl::StrCat(base, "/", listing.classes[c]),
               static_cast<int32_t>(c), {st.st_dev, st.st_ino}, &walks[c]);
   });
+  int64_t other_files = 0;
+  std::string first_other;
+  for (const ClassWalk& walk : walks) {
+    if (other_files == 0) first_other = walk.first_other;
+    other_files += walk.other_files;
+  }
+  NoteOtherFiles(other_files, first_other, &listing.notes);
   for (size_t c = 0; c < walks.size(); ++c) {
     if (walks[c].samples.empty()) {
       listing.notes.push_back({absl::StrCat(base, "/", listing.classes[c]),
@@ -279,6 +304,8 @@ absl::StatusOr<FileListing> ListObjectFolder(const storage::ObjectStore& store,
         "'", root, "' holds no class folder (ImageFolder: root/<class>/"
         "<image>)"));
   }
+  int64_t other_files = 0;
+  std::string first_other;
   for (auto& [name, folders] : tree) {
     const int32_t label = static_cast<int32_t>(out.classes.size());
     out.classes.push_back(name);
@@ -286,7 +313,10 @@ absl::StatusOr<FileListing> ListObjectFolder(const storage::ObjectStore& store,
     for (auto& [folder, files] : folders) {
       std::sort(files.begin(), files.end());
       for (const auto& [file, object] : files) {
-        if (!HasImageFolderExtension(file)) continue;
+        if (!HasImageFolderExtension(file)) {
+          if (other_files++ == 0) first_other = object->url;
+          continue;
+        }
         FileSample sample;
         sample.key = KeyOfPath(
             absl::string_view(object->url).substr(base.size() + 1));
@@ -306,6 +336,13 @@ absl::StatusOr<FileListing> ListObjectFolder(const storage::ObjectStore& store,
       out.notes.push_back({absl::StrCat(base, "/", name),
                            "class folder without images"});
     }
+  }
+  if (other_files > 0) {
+    out.notes.push_back(
+        {first_other, absl::StrCat(other_files,
+                                   other_files == 1 ? " file" : " files",
+                                   " without an image extension left out "
+                                   "(this is the first)")});
   }
   if (out.samples.empty()) {
     return absl::FailedPreconditionError(

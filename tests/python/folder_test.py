@@ -174,12 +174,15 @@ class BadFolderTest(unittest.TestCase):
             photo(3).save(f, "JPEG")
         with open(os.path.join(root, "good", "corrupt.jpg"), "wb") as f:
             f.write(b"\xff\xd8\xff\xe0 this is not a JPEG")
+        with open(os.path.join(root, "good", "labels.xml"), "w") as f:
+            f.write("<not an image/>")
         server = serve(root)
         with open(server.log_path) as f:
             log = f.read()
         self.assertIn("class folder without images", log)
         self.assertIn("a link back to a folder above it", log)
         self.assertIn("not UTF-8", log)
+        self.assertIn("1 file without an image extension", log)
         # The dangling link keeps its index, as torchvision's would, and
         # fails when read; so does the corrupt image. The rest is served.
         keys, _, _, _ = epoch(server.address, "train")

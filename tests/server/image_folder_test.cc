@@ -148,6 +148,8 @@ TEST_F(ImageFolderTest, ReportsWhatTorchvisionCannotList) {
   EXPECT_THAT(notes, HasSubstr("not UTF-8"));
   EXPECT_THAT(notes, HasSubstr("b/up: a link back to a folder above it"));
   EXPECT_THAT(notes, HasSubstr("empty: class folder without images"));
+  EXPECT_THAT(notes, HasSubstr("empty/readme.txt: 1 file without an image "
+                               "extension left out"));
 }
 
 TEST_F(ImageFolderTest, ErrorsNameTheProblem) {
