@@ -147,6 +147,18 @@ class ImageFolderTest(unittest.TestCase):
         self.assertEqual(a[2], b[2])
         packed.kill()
 
+    def test_local_loader_over_the_tree(self):
+        """The README's path: Loader(shards=FOLDER) starts its own server."""
+        tv = torchvision.datasets.ImageFolder(self.root)
+        with stoker.Loader(shards=self.root, dataset="train", batch_size=4,
+                           transform=TRANSFORM, device="cpu",
+                           dtype=torch.uint8, local_cores=1,
+                           server_flags=["--index_cache_dir=none"]) as loader:
+            self.assertEqual(loader.classes, tv.classes)
+            self.assertEqual(loader.dataset_samples, len(tv.samples))
+            labels = sorted(int(l) for _, batch in loader for l in batch)
+        self.assertEqual(labels, sorted(t for _, t in tv.samples))
+
     def test_epochs_exactly_once_shuffled(self):
         tv = torchvision.datasets.ImageFolder(self.root)
         for seed in (1, 2):
@@ -260,6 +272,22 @@ class ListTest(unittest.TestCase):
                                          "img/00.cls", "img/00.caption.txt"])
             caption = tar.extractfile("img/00.caption.txt").read().decode()
             self.assertEqual(caption, self.rows[0]["caption"])
+
+    def test_local_loader_with_fields_over_the_list(self):
+        """The README's CSV path: a dict of image, mask and label."""
+        with stoker.Loader(shards=self.csv, dataset="train", batch_size=4,
+                           transform=TRANSFORM, device="cpu",
+                           dtype=torch.uint8, local_cores=1, shuffle=False,
+                           fields=self.FIELDS,
+                           server_flags=["--index_cache_dir=none"]) as loader:
+            self.assertEqual(loader.classes, [])
+            batches = list(loader)
+        self.assertEqual(sum(b["label"].shape[0] for b in batches), 9)
+        first = batches[0]
+        self.assertEqual(tuple(first["image"].shape), (4, 3, 40, 48))
+        self.assertEqual(first["mask"].shape[0], 4)
+        self.assertEqual(first["label"].tolist(),
+                         [int(r["label"]) for r in self.rows[:4]])
 
     def test_bad_rows_are_reported_and_left_out(self):
         path = os.path.join(self.dir, "bad.csv")
