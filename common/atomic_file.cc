@@ -1,10 +1,14 @@
 #include "common/atomic_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -27,6 +31,32 @@ absl::Status WriteFileAtomically(const std::string& path,
     ::unlink(temp.c_str());
     return absl::ErrnoToStatus(err,
                                absl::StrCat("cannot rename to '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read '", path, "': ",
+                                            std::strerror(errno)));
+  }
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
+  }
+  return std::move(bytes).str();
+}
+
+absl::Status MakeDirectories(const std::string& dir) {
+  for (size_t at = 1; at <= dir.size(); ++at) {
+    if (at != dir.size() && dir[at] != '/') continue;
+    const std::string part = dir.substr(0, at);
+    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::ErrnoToStatus(
+          errno, absl::StrCat("cannot create folder '", part, "'"));
+    }
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace stoker::common {
@@ -16,6 +17,14 @@ namespace stoker::common {
 // Thread-compatible: two writers of the same path in one process race.
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents);
+
+// The whole file at `path`; NotFound naming it (with the errno's text) if
+// it cannot be opened, DataLoss if reading fails part-way.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+// mkdir -p: `dir` and every missing folder above it (mode 0755); the
+// errno's status naming the folder that cannot be made.
+absl::Status MakeDirectories(const std::string& dir);
 
 }  // namespace stoker::common
 

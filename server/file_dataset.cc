@@ -8,8 +8,6 @@
 
 #include <cstdio>
 #include <optional>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -57,12 +55,10 @@ std::string CachePath(const std::string& dir, const std::string& real) {
 
 std::optional<FileListing> LoadCache(const std::string& entry,
                                      const std::string& real) {
-  std::ifstream in(entry, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
+  absl::StatusOr<std::string> bytes = common::ReadWholeFile(entry);
+  if (!bytes.ok()) return std::nullopt;
   index::v1::FileListingCache cache;
-  if (!cache.ParseFromString(std::move(bytes).str()) ||
+  if (!cache.ParseFromString(*bytes) ||
       cache.version() != kCacheVersion || cache.source().path() != real ||
       !StampHolds(cache.source(), /*check_size=*/true, cache.listed_ns())) {
     return std::nullopt;

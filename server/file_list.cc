@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -17,8 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/atomic_file.h"
 #include "common/parallel.h"
 #include "common/utf8.h"
 #include "server/storage/url.h"
@@ -551,14 +549,9 @@ absl::StatusOr<FileListing> ReadFileList(const std::string& path,
     if (!read.ok()) return read.status();
     text = *std::move(read);
   } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      return absl::NotFoundError(absl::StrCat("cannot read '", path, "': ",
-                                              std::strerror(errno)));
-    }
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    text = std::move(buffer).str();
+    absl::StatusOr<std::string> read = common::ReadWholeFile(path);
+    if (!read.ok()) return read.status();
+    text = *std::move(read);
   }
   const bool csv = absl::EndsWithIgnoreCase(path, ".csv");
   Table table;
@@ -666,14 +659,9 @@ absl::StatusOr<FileListing> ReadFileList(const std::string& path,
     listing.samples.push_back(std::move(sample));
   }
   if (listing.samples.empty()) {
-    std::vector<std::string> first;
-    for (size_t i = 0; i < listing.notes.size() && i < 3; ++i) {
-      first.push_back(
-          absl::StrCat(listing.notes[i].path, ": ", listing.notes[i].reason));
-    }
     return absl::FailedPreconditionError(
         absl::StrCat("'", path, "': no row can be served (",
-                     absl::StrJoin(first, "; "), ")"));
+                     FirstNotes(listing.notes, 3), ")"));
   }
   // The list file and the folders of its files vouch for a cached listing.
   std::vector<std::string> folders = {folder};

@@ -180,6 +180,15 @@ void MakeKeysUnique(std::vector<FileSample>* samples) {
 
 }  // namespace
 
+std::string FirstNotes(const std::vector<ListingNote>& notes, size_t n) {
+  std::string text;
+  for (size_t i = 0; i < notes.size() && i < n; ++i) {
+    absl::StrAppend(&text, i == 0 ? "" : "; ", notes[i].path, ": ",
+                    notes[i].reason);
+  }
+  return text;
+}
+
 ImageFormat FormatOfExtension(absl::string_view extension) {
   const std::string ext = absl::AsciiStrToLower(extension);
   if (ext == "jpg" || ext == "jpeg") return ImageFormat::kJpeg;

@@ -72,6 +72,9 @@ struct ListingNote {
   std::string reason;
 };
 
+// "path: reason; path: reason" for the first `n` notes (for errors).
+std::string FirstNotes(const std::vector<ListingNote>& notes, size_t n);
+
 // Folders whose modification time vouches for a cached listing (a file
 // added, removed or renamed in one changes it).
 struct FolderStamp {

@@ -15,7 +15,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/parallel.h"
 #include "common/utf8.h"
 
@@ -227,13 +226,8 @@ absl::StatusOr<FolderListing> ListImageFolder(const std::string& root,
     }
   }
   if (listing.samples.empty()) {
-    std::vector<std::string> first;
-    for (size_t i = 0; i < listing.notes.size() && i < 3; ++i) {
-      first.push_back(
-          absl::StrCat(listing.notes[i].path, ": ", listing.notes[i].reason));
-    }
     return absl::FailedPreconditionError(absl::StrCat(
-        "'", root, "' holds no image (", absl::StrJoin(first, "; "), ")"));
+        "'", root, "' holds no image (", FirstNotes(listing.notes, 3), ")"));
   }
   return listing;
 }
@@ -245,9 +239,7 @@ FileListing ToFileListing(const std::string& root, FolderListing listing) {
   out.kind = "ImageFolder";
   out.classes = std::move(listing.classes);
   out.folders = std::move(listing.folders);
-  for (FolderListing::Note& n : listing.notes) {
-    out.notes.push_back({std::move(n.path), std::move(n.reason)});
-  }
+  out.notes = std::move(listing.notes);
   out.samples.reserve(listing.samples.size());
   for (FolderSample& s : listing.samples) {
     FileSample sample;
@@ -337,13 +329,7 @@ absl::StatusOr<FileListing> ListObjectFolder(const storage::ObjectStore& store,
                            "class folder without images"});
     }
   }
-  if (other_files > 0) {
-    out.notes.push_back(
-        {first_other, absl::StrCat(other_files,
-                                   other_files == 1 ? " file" : " files",
-                                   " without an image extension left out "
-                                   "(this is the first)")});
-  }
+  NoteOtherFiles(other_files, first_other, &out.notes);
   if (out.samples.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("'", root, "' holds no image"));

@@ -56,10 +56,7 @@ struct FolderListing {
   std::vector<std::string> classes;
   std::vector<FolderSample> samples;
   // What was left out or not followed, and empty classes, with why.
-  struct Note {
-    std::string path;
-    std::string reason;
-  };
+  using Note = ListingNote;
   std::vector<Note> notes;
   // Samples with a defect.
   int64_t defective = 0;

@@ -481,15 +481,9 @@ std::string IndexCacheDir(const std::string& flag, const Config& config) {
       return "";
     }
   }
-  // mkdir -p
-  for (size_t at = 1; at <= dir.size(); ++at) {
-    if (at != dir.size() && dir[at] != '/') continue;
-    const std::string part = dir.substr(0, at);
-    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-      spdlog::warn("no index cache: cannot create {}: {}", part,
-                   std::strerror(errno));
-      return "";
-    }
+  if (absl::Status made = stoker::common::MakeDirectories(dir); !made.ok()) {
+    spdlog::warn("no index cache: {}", std::string(made.message()));
+    return "";
   }
   return dir;
 }

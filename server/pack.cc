@@ -8,9 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -40,26 +38,18 @@ struct WrittenSample {
   std::vector<WrittenMember> members;
 };
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+// Pointers to all of `record`'s members and to strings of `data` for
+// ReadMembers.
+void AllMembers(const SampleRecord& record, std::vector<std::string>* data,
+                std::vector<const MemberRef*>* members,
+                std::vector<std::string*>* outs) {
+  data->resize(record.members.size());
+  members->clear();
+  outs->clear();
+  for (size_t m = 0; m < record.members.size(); ++m) {
+    members->push_back(&record.members[m]);
+    outs->push_back(&(*data)[m]);
   }
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return std::move(bytes).str();
-}
-
-absl::Status MakeFolders(const std::string& dir) {
-  for (size_t at = 1; at <= dir.size(); ++at) {
-    if (at != dir.size() && dir[at] != '/') continue;
-    const std::string part = dir.substr(0, at);
-    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::ErrnoToStatus(
-          errno, absl::StrCat("cannot create folder '", part, "'"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 // Everything the plan depends on.
@@ -180,7 +170,7 @@ class Packer {
     if (::stat(path.c_str(), &st) != 0) {
       return absl::NotFoundError("not written");
     }
-    absl::StatusOr<std::string> bytes = ReadWholeFile(path + kIndexSuffix);
+    absl::StatusOr<std::string> bytes = common::ReadWholeFile(path + kIndexSuffix);
     if (!bytes.ok()) return bytes.status();
     absl::StatusOr<DecodedIndex> decoded = DecodeShardIndex(
         *bytes, path, static_cast<int32_t>(i), st.st_size);
@@ -197,11 +187,7 @@ class Packer {
       const SampleRecord& r = dataset_.record(s);
       std::vector<const MemberRef*> members;
       std::vector<std::string*> outs;
-      data.resize(r.members.size());
-      for (size_t m = 0; m < r.members.size(); ++m) {
-        members.push_back(&r.members[m]);
-        outs.push_back(&data[m]);
-      }
+      AllMembers(r, &data, &members, &outs);
       if (absl::Status read = dataset_.ReadMembers(s, members, outs);
           !read.ok()) {
         LeftOut(r.key, read.message());
@@ -263,11 +249,7 @@ class Packer {
       }
       std::vector<const MemberRef*> members;
       std::vector<std::string*> outs;
-      data.resize(r.members.size());
-      for (size_t m = 0; m < r.members.size(); ++m) {
-        members.push_back(&r.members[m]);
-        outs.push_back(&data[m]);
-      }
+      AllMembers(r, &data, &members, &outs);
       if (absl::Status read = (*reader)->ReadMembers(r, members, outs);
           !read.ok()) {
         return bad(std::string(read.message()));
@@ -322,11 +304,13 @@ absl::Status CheckOptions(const PackOptions& o) {
 absl::StatusOr<PackReport> Pack(const Dataset& dataset,
                                 const PackOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
-  if (absl::Status s = MakeFolders(options.out_dir); !s.ok()) return s;
+  if (absl::Status s = common::MakeDirectories(options.out_dir); !s.ok()) {
+    return s;
+  }
   const std::string manifest_path =
       absl::StrCat(options.out_dir, "/", options.prefix, ".pack");
   const std::string manifest = Manifest(dataset, options);
-  if (absl::StatusOr<std::string> old = ReadWholeFile(manifest_path);
+  if (absl::StatusOr<std::string> old = common::ReadWholeFile(manifest_path);
       old.ok()) {
     if (*old != manifest) {
       return absl::InvalidArgumentError(absl::StrCat(
