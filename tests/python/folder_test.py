@@ -139,13 +139,18 @@ class ImageFolderTest(unittest.TestCase):
         result = pack(f"--input={self.root}", f"--out_dir={out}",
                       "--shard_samples=4")
         shards = result.stdout.strip().splitlines()[-1]
-        packed = serve(shards)
+        # Shards repacked into other shards: the same samples again.
+        again = st.temp_dir("folder_repacked")
+        repacked = pack(f"--input={shards}", f"--out_dir={again}",
+                        "--shard_samples=5").stdout.strip().splitlines()[-1]
         a = epoch(self.server.address, "train")
-        b = epoch(packed.address, "train")
-        self.assertEqual(a[0], b[0])
-        self.assertEqual(a[1], b[1])
-        self.assertEqual(a[2], b[2])
-        packed.kill()
+        for spec in (shards, repacked):
+            packed = serve(spec)
+            b = epoch(packed.address, "train")
+            self.assertEqual(a[0], b[0])
+            self.assertEqual(a[1], b[1])
+            self.assertEqual(a[2], b[2])
+            packed.kill()
 
     def test_local_loader_over_the_tree(self):
         """The README's path: Loader(shards=FOLDER) starts its own server."""
