@@ -85,9 +85,10 @@ class Dataset {
   // null; the listing's error (e.g. PermissionDenied for a wrong key) if
   // the store refuses the pattern as a whole.
   //
-  // Files. A `glob` naming a folder (an ImageFolder tree) or a list file
-  // (".csv", ".jsonl", ".ndjson") serves those files as they are, as
-  // server/file_dataset.h says: one virtual shard holding every sample,
+  // Files. A `glob` naming a folder (an ImageFolder tree; in S3,
+  // "s3://bucket/folder/" with the trailing '/') or a list file (".csv",
+  // ".jsonl", ".ndjson"; local or an object) serves those files as they
+  // are, as server/file_dataset.h says: one virtual shard holding every sample,
   // named by the folder or list; kind() says which; classes() holds an
   // ImageFolder's class names. Its notes (names left out, loops, empty
   // class folders, bad rows) are in left_out() and logged with counts.

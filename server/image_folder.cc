@@ -192,9 +192,15 @@ absl::StatusOr<FolderListing> ListImageFolder(const std::string& root,
     listing.classes.push_back(e.name);
   }
   if (listing.classes.empty()) {
+    const bool shards = std::any_of(
+        entries->begin(), entries->end(),
+        [](const Entry& e) { return absl::EndsWith(e.name, ".tar"); });
     return absl::NotFoundError(absl::StrCat(
         "'", root, "' holds no class folder (ImageFolder: root/<class>/"
-        "<image>)"));
+        "<image>)",
+        shards ? absl::StrCat("; for the .tar shards in it, give a glob: '",
+                              base, "/*.tar'")
+               : ""));
   }
   std::sort(listing.classes.begin(), listing.classes.end());
   std::vector<ClassWalk> walks(listing.classes.size());

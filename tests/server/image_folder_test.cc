@@ -23,6 +23,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class ImageFolderTest : public ::testing::Test {
  protected:
@@ -161,6 +162,11 @@ TEST_F(ImageFolderTest, ErrorsNameTheProblem) {
   absl::Status no_classes = ListImageFolder(root_).status();
   EXPECT_EQ(no_classes.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(no_classes.message(), HasSubstr("no class folder"));
+  EXPECT_THAT(no_classes.message(), Not(HasSubstr("give a glob")));
+  Touch("shard-000000.tar");  // a folder of shards, named as a folder
+  EXPECT_THAT(ListImageFolder(root_).status().message(),
+              HasSubstr(absl::StrCat("give a glob: '", root_, "/*.tar'")));
+  ASSERT_EQ(::unlink(absl::StrCat(root_, "/shard-000000.tar").c_str()), 0);
   Touch("a/readme.txt");
   absl::Status no_images = ListImageFolder(root_).status();
   EXPECT_EQ(no_images.code(), absl::StatusCode::kFailedPrecondition);
