@@ -137,6 +137,41 @@ void WarnIfDamaged(const std::string& dataset, const std::string& path,
       index.samples().size());
 }
 
+// Logs `items` grouped by kind: per kind (at most kMaxKinds) its count and
+// its first item, then a count of the rest.
+template <typename T, typename KindFn, typename ExampleFn>
+void LogByKind(const std::string& dataset, absl::string_view what,
+               const std::vector<T>& items, const KindFn& kind_of,
+               const ExampleFn& example_of) {
+  constexpr size_t kMaxKinds = 8;
+  std::vector<std::pair<std::string, std::pair<int64_t, const T*>>> kinds;
+  for (const T& item : items) {
+    const std::string kind = kind_of(item);
+    auto it = std::find_if(kinds.begin(), kinds.end(),
+                           [&](const auto& k) { return k.first == kind; });
+    if (it == kinds.end()) {
+      kinds.push_back({kind, {1, &item}});
+    } else {
+      ++it->second.first;
+    }
+  }
+  int64_t rest = 0;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const auto& [kind, seen] = kinds[i];
+    if (i >= kMaxKinds) {
+      rest += seen.first;
+      continue;
+    }
+    spdlog::warn("dataset '{}': {} {}{}: {} (the first: {})", dataset,
+                 seen.first, std::string(what), seen.first == 1 ? "" : "s",
+                 kind, example_of(*seen.second));
+  }
+  if (rest > 0) {
+    spdlog::warn("dataset '{}': {} more {}s of {} other kinds", dataset, rest,
+                 std::string(what), kinds.size() - kMaxKinds);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
@@ -271,27 +306,28 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
   absl::StatusOr<OpenedFiles> opened =
       OpenFileDataset(name, path, /*shard_id=*/0, files);
   if (!opened.ok()) return opened.status();
-  constexpr size_t kMaxLogged = 5;
   std::vector<LeftOut> notes;
-  for (size_t i = 0; i < opened->notes.size(); ++i) {
-    ListingNote& note = opened->notes[i];
-    if (i < kMaxLogged) {
-      spdlog::warn("dataset '{}': {}: {}", name, note.path, note.reason);
-    }
+  for (ListingNote& note : opened->notes) {
     notes.push_back({std::move(note.path), std::move(note.reason)});
   }
-  if (notes.size() > kMaxLogged) {
-    spdlog::warn("dataset '{}': {} more notes like these", name,
-                 notes.size() - kMaxLogged);
+  LogByKind(name, "note", notes,
+            [](const LeftOut& n) { return n.reason; },
+            [](const LeftOut& n) { return n.path; });
+  std::vector<const SampleRecord*> unreadable;
+  for (const SampleRecord& r : opened->shard.index.samples()) {
+    if (!r.damage.empty()) unreadable.push_back(&r);
   }
-  if (opened->defective > 0) {
-    for (const SampleRecord& r : opened->shard.index.samples()) {
-      if (r.damage.empty()) continue;
-      spdlog::warn("dataset '{}': {} samples cannot be read, e.g. '{}': {}",
-                   name, opened->defective, r.key, r.damage);
-      break;
-    }
-  }
+  // A defect names its file; its kind is what follows the last ": ".
+  LogByKind(
+      name, "sample that cannot be read", unreadable,
+      [](const SampleRecord* r) {
+        const size_t colon = r->damage.rfind(": ");
+        return colon == std::string::npos ? r->damage
+                                          : r->damage.substr(colon + 2);
+      },
+      [](const SampleRecord* r) {
+        return absl::StrCat(r->key, " (", r->damage, ")");
+      });
   FilesKind kind{opened->kind, std::move(opened->classes),
                  opened->shard.fingerprint, opened->shard.total_bytes};
   std::vector<Shard> shards;

@@ -306,9 +306,13 @@ class ListTest(unittest.TestCase):
         server = serve(path)
         with open(server.log_path) as f:
             log = f.read()
-        self.assertIn("bad.csv:3: 3 fields, the header has 2", log)
-        self.assertIn("missing.jpg", log)
-        self.assertIn("a quoted field is never closed", log)
+        # Counted by kind, each with its first example.
+        self.assertRegex(log, r"1 note: 3 fields, the header has 2 "
+                              r"\(the first: \S*bad.csv:3\)")
+        self.assertRegex(log, r"1 sample that cannot be read: No such file "
+                              r"or directory \(the first: img/missing ")
+        self.assertRegex(log, r"1 note: a quoted field is never closed "
+                              r"\(the first: \S*bad.csv:5\)")
         keys, labels, _, _ = epoch(server.address, "train")
         self.assertEqual(sorted(keys.values()), ["img/00", "img/03"])
         server.kill()
