@@ -6,7 +6,8 @@
 //   stoker_pack --input=/data/list.csv --out_dir=/out --shard_bytes=512M \
 //       --shuffle_seed=0
 //
-// The last line printed is the --dataset glob to serve the shards with.
+// Progress is logged to stderr; stdout is one summary line and then the
+// --dataset glob to serve the shards with.
 
 #include <chrono>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "server/dataset.h"
 #include "server/pack.h"
 #include "server/storage/object_store.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, input, "",
@@ -91,6 +93,8 @@ int main(int argc, char** argv) {
       "Usage: stoker_pack --input=FOLDER|LIST|GLOB --out_dir=DIR "
       "[--shard_bytes=1G] [--shuffle_seed=N]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  // Progress goes to stderr: stdout is the summary and the glob.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("stoker_pack"));
   if (args.size() > 1) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", args[1],
