@@ -527,6 +527,133 @@ std::string LookUp(const storage::ObjectStore& store, FileMember* member) {
   return absl::StrCat("'", member->path, "': no such object");
 }
 
+// The list's bytes, from disk or object storage.
+absl::StatusOr<std::string> ReadListText(const std::string& path,
+                                         const storage::ObjectStore* store) {
+  if (storage::SchemeOf(path) == storage::Scheme::kLocal) {
+    return common::ReadWholeFile(path);
+  }
+  if (store == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path, "' is in object storage, which this server was not set "
+        "up to read"));
+  }
+  return store->ReadSmall(path, kMaxListBytes);
+}
+
+// What every row of one list shares.
+struct RowContext {
+  const std::string& path;     // the list, for notes
+  std::string folder;          // what relative paths are relative to
+  const storage::ObjectStore* store;
+};
+
+// `v` is an object's URL: its path after the host (or bucket), so the same
+// layout gives the same keys wherever it lies.
+absl::string_view PathAfterHost(absl::string_view v) {
+  const size_t host = v.find("://") + 3;
+  const size_t slash = v.find('/', host);
+  return slash == absl::string_view::npos ? absl::string_view()
+                                          : v.substr(slash + 1);
+}
+
+// The member a file column's value `v` names, or the note why it cannot.
+std::optional<FileMember> FileOf(const RowContext& context,
+                                 const Column& column, const std::string& v,
+                                 std::string* why) {
+  FileMember m;
+  m.path = absl::StrContains(v, "://") ? v : Resolve(context.folder, v);
+  if (absl::StrContains(m.path, "://")) {
+    if (context.store == nullptr ||
+        storage::SchemeOf(m.path) == storage::Scheme::kLocal) {
+      *why = absl::StrCat("'", column.name, "' is a URL ('", m.path, "') ",
+                          context.store == nullptr
+                              ? "and this server reads no object storage"
+                              : "of an unknown scheme");
+      return std::nullopt;
+    }
+    // Looked up later; a placeholder until then.
+    m.object = std::make_shared<const storage::ObjectInfo>();
+  }
+  m.extension = column.kind == Kind::kImage
+                    ? Extension(v)
+                    : absl::StrCat(column.name, ".", Extension(v));
+  return m;
+}
+
+// One row as a sample (the image member first), or nullopt after noting
+// why the row is left out.
+std::optional<FileSample> RowToSample(const RowContext& context,
+                                      const std::vector<Column>& columns,
+                                      Table::Row* row,
+                                      std::vector<ListingNote>* notes) {
+  const std::string where = absl::StrCat(context.path, ":", row->line);
+  FileSample sample;
+  for (size_t c = 0; c < columns.size(); ++c) {
+    if (c >= row->values.size() || !row->values[c]) continue;
+    std::string& v = *row->values[c];
+    const Column& column = columns[c];
+    if (!common::IsUtf8(v)) {
+      notes->push_back({where, absl::StrCat("'", column.name,
+                                            "' is not UTF-8")});
+      return std::nullopt;
+    }
+    FileMember m;
+    if (column.kind == Kind::kImage || column.kind == Kind::kFile) {
+      std::string why;
+      std::optional<FileMember> file = FileOf(context, column, v, &why);
+      if (!file) {
+        notes->push_back({where, std::move(why)});
+        return std::nullopt;
+      }
+      if (column.kind == Kind::kImage) {
+        sample.key = KeyOfPath(absl::StrContains(v, "://") ? PathAfterHost(v)
+                                                           : v);
+        sample.members.insert(sample.members.begin(), *std::move(file));
+        continue;
+      }
+      m = *std::move(file);
+    } else {
+      m.extension = column.kind == Kind::kLabel ? std::string("cls")
+                    : column.kind == Kind::kClass
+                        ? absl::StrCat(column.name, ".cls")
+                        : absl::StrCat(column.name, ".txt");
+      m.value = std::move(v);
+    }
+    sample.members.push_back(std::move(m));
+  }
+  if (sample.key.empty()) {
+    // No image in this row: a sample all the same (its index is kept),
+    // which classic requests refuse.
+    sample.has_image = false;
+    sample.key = absl::StrCat("row_", row->line);
+  }
+  return sample;
+}
+
+// The list's folder and the folders of its local files vouch for a cached
+// listing: their stamps, taken now.
+void StampFolders(const std::string& list_folder, FileListing* listing) {
+  std::vector<std::string> folders = {list_folder};
+  for (const FileSample& s : listing->samples) {
+    for (const FileMember& m : s.members) {
+      if (!m.is_file() || m.object != nullptr) continue;
+      const size_t cut = m.path.rfind('/');
+      folders.push_back(cut == std::string::npos ? "." : m.path.substr(0, cut));
+    }
+  }
+  std::sort(folders.begin(), folders.end());
+  folders.erase(std::unique(folders.begin(), folders.end()), folders.end());
+  for (std::string& f : folders) {
+    struct stat st;
+    if (::stat(f.c_str(), &st) != 0) continue;
+    listing->folders.push_back(
+        {std::move(f),
+         int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+         static_cast<uint64_t>(st.st_ino)});
+  }
+}
+
 }  // namespace
 
 bool IsFileListPath(const std::string& path) {
@@ -538,29 +665,16 @@ bool IsFileListPath(const std::string& path) {
 absl::StatusOr<FileListing> ReadFileList(const std::string& path,
                                          int threads,
                                          const storage::ObjectStore* store) {
-  std::string text;
-  if (storage::SchemeOf(path) != storage::Scheme::kLocal) {
-    if (store == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", path, "' is in object storage, which this server was not set "
-          "up to read"));
-    }
-    absl::StatusOr<std::string> read = store->ReadSmall(path, kMaxListBytes);
-    if (!read.ok()) return read.status();
-    text = *std::move(read);
-  } else {
-    absl::StatusOr<std::string> read = common::ReadWholeFile(path);
-    if (!read.ok()) return read.status();
-    text = *std::move(read);
-  }
+  absl::StatusOr<std::string> text = ReadListText(path, store);
+  if (!text.ok()) return text.status();
   const bool csv = absl::EndsWithIgnoreCase(path, ".csv");
   Table table;
   if (csv) {
-    absl::StatusOr<Table> parsed = ParseCsv(text, path);
+    absl::StatusOr<Table> parsed = ParseCsv(*text, path);
     if (!parsed.ok()) return parsed.status();
     table = *std::move(parsed);
   } else {
-    table = ParseJsonLines(text, path);
+    table = ParseJsonLines(*text, path);
   }
   FileListing listing;
   listing.kind = csv ? "CSV list" : "JSON lines list";
@@ -569,8 +683,7 @@ absl::StatusOr<FileListing> ReadFileList(const std::string& path,
     std::string why = listing.notes.empty()
                           ? std::string("no rows")
                           : absl::StrCat("no usable row; ",
-                                         listing.notes[0].path, ": ",
-                                         listing.notes[0].reason);
+                                         FirstNotes(listing.notes, 1));
     return absl::InvalidArgumentError(absl::StrCat("'", path, "': ", why));
   }
   absl::StatusOr<std::vector<Column>> columns =
@@ -578,112 +691,21 @@ absl::StatusOr<FileListing> ReadFileList(const std::string& path,
   if (!columns.ok()) return columns.status();
 
   const size_t slash = path.rfind('/');
-  const std::string folder =
-      slash == std::string::npos ? "." : path.substr(0, slash);
+  const RowContext context{
+      path, slash == std::string::npos ? "." : path.substr(0, slash), store};
   for (Table::Row& row : table.rows) {
-    const std::string where = absl::StrCat(path, ":", row.line);
-    FileSample sample;
-    bool bad = false;
-    for (size_t c = 0; c < columns->size() && !bad; ++c) {
-      if (c >= row.values.size() || !row.values[c]) continue;
-      std::string& v = *row.values[c];
-      const Column& column = (*columns)[c];
-      if (!common::IsUtf8(v)) {
-        listing.notes.push_back(
-            {where, absl::StrCat("'", column.name, "' is not UTF-8")});
-        bad = true;
-        break;
-      }
-      FileMember m;
-      switch (column.kind) {
-        case Kind::kImage:
-        case Kind::kFile:
-          m.path = absl::StrContains(v, "://") ? v : Resolve(folder, v);
-          if (absl::StrContains(m.path, "://")) {
-            if (store == nullptr ||
-                storage::SchemeOf(m.path) == storage::Scheme::kLocal) {
-              listing.notes.push_back(
-                  {where, absl::StrCat("'", column.name, "' is a URL ('",
-                                       m.path, "') ",
-                                       store == nullptr
-                                           ? "and this server reads no "
-                                             "object storage"
-                                           : "of an unknown scheme")});
-              bad = true;
-              break;
-            }
-            // Looked up below; a placeholder until then.
-            m.object = std::make_shared<const storage::ObjectInfo>();
-          }
-          m.extension = column.kind == Kind::kImage
-                            ? Extension(v)
-                            : absl::StrCat(column.name, ".", Extension(v));
-          if (column.kind == Kind::kImage) {
-            // An object's key leaves out the scheme and host (or bucket),
-            // so the same layout gives the same keys wherever it lies.
-            absl::string_view relative = v;
-            if (absl::StrContains(v, "://")) {
-              const size_t host = relative.find("://") + 3;
-              const size_t slash = relative.find('/', host);
-              relative = slash == absl::string_view::npos
-                             ? absl::string_view()
-                             : relative.substr(slash + 1);
-            }
-            sample.key = KeyOfPath(relative);
-            sample.members.insert(sample.members.begin(), std::move(m));
-            continue;
-          }
-          break;
-        case Kind::kLabel:
-          m.extension = "cls";
-          m.value = std::move(v);
-          break;
-        case Kind::kClass:
-          m.extension = absl::StrCat(column.name, ".cls");
-          m.value = std::move(v);
-          break;
-        case Kind::kText:
-          m.extension = absl::StrCat(column.name, ".txt");
-          m.value = std::move(v);
-          break;
-      }
-      if (!bad) sample.members.push_back(std::move(m));
-    }
-    if (bad) continue;
-    if (sample.key.empty()) {
-      // No image in this row: a sample all the same (its index is kept),
-      // which classic requests refuse.
-      sample.has_image = false;
-      sample.key = absl::StrCat("row_", row.line);
-    }
-    listing.samples.push_back(std::move(sample));
+    std::optional<FileSample> sample =
+        RowToSample(context, *columns, &row, &listing.notes);
+    if (sample) listing.samples.push_back(*std::move(sample));
   }
   if (listing.samples.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("'", path, "': no row can be served (",
                      FirstNotes(listing.notes, 3), ")"));
   }
-  // The list file and the folders of its files vouch for a cached listing.
-  std::vector<std::string> folders = {folder};
-  for (const FileSample& s : listing.samples) {
-    for (const FileMember& m : s.members) {
-      if (!m.is_file() || m.object != nullptr) continue;
-      const size_t cut = m.path.rfind('/');
-      folders.push_back(cut == std::string::npos ? "." : m.path.substr(0, cut));
-    }
-  }
-  std::sort(folders.begin(), folders.end());
-  folders.erase(std::unique(folders.begin(), folders.end()), folders.end());
   // Stamped before the files are, so a file added meanwhile is not missed
   // by the cache's check.
-  for (std::string& f : folders) {
-    struct stat st;
-    if (::stat(f.c_str(), &st) != 0) continue;
-    listing.folders.push_back(
-        {std::move(f),
-         int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
-         static_cast<uint64_t>(st.st_ino)});
-  }
+  StampFolders(context.folder, &listing);
   common::ParallelFor(listing.samples.size(), std::max(1, threads),
                       [&](size_t i) {
                         FileSample& s = listing.samples[i];

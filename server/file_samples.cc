@@ -178,6 +178,92 @@ void MakeKeysUnique(std::vector<FileSample>* samples) {
   }
 }
 
+// Lays a listing's samples out in the virtual byte space, one record at a
+// time, and hashes what the fingerprint covers.
+class RecordBuilder {
+ public:
+  // Gives every file of `listing` its range, in sample order.
+  explicit RecordBuilder(const FileListing& listing) {
+    files_.reserve(listing.samples.size());
+    for (const FileSample& sample : listing.samples) {
+      for (const FileMember& m : sample.members) {
+        if (!m.is_file()) continue;
+        files_.push_back({file_bytes_, "", m.size, m.mtime_ns, m.object});
+        file_bytes_ += m.size;
+      }
+    }
+  }
+
+  void Hash(absl::string_view bytes) { hash_ = HashBytes(bytes, hash_); }
+  void HashNumber(int64_t n) { hash_ = HashI64(n, hash_); }
+
+  // The record of the next sample (consumed: its paths and values move
+  // into the source).
+  SampleRecord Record(FileSample* sample) {
+    SampleRecord record;
+    record.key = std::move(sample->key);
+    record.defect = std::move(sample->defect);
+    record.damage = record.defect;
+    Hash(record.key);
+    record.members.reserve(sample->members.size());
+    for (size_t i = 0; i < sample->members.size(); ++i) {
+      FileMember& m = sample->members[i];
+      MemberRef ref;
+      ref.extension = m.extension;
+      if (m.is_file()) {
+        ref.offset = files_[next_file_].base;
+        ref.size = m.size;
+      } else {
+        ref.offset =
+            file_bytes_ + kValuesGap + static_cast<int64_t>(values_.size());
+        ref.size = static_cast<int64_t>(m.value.size());
+        values_ += m.value;
+        Hash(m.value);
+      }
+      Hash(ref.extension);
+      HashNumber(ref.size);
+      if (i == 0 && sample->has_image) {
+        record.image_offset = ref.offset;
+        record.image_size = ref.size;
+        const size_t dot = m.path.rfind('.');
+        record.format = FormatOfExtension(
+            dot == std::string::npos
+                ? absl::string_view()
+                : absl::string_view(m.path).substr(dot + 1));
+      } else if (ref.extension == "cls" && record.label_offset < 0) {
+        record.label_offset = ref.offset;
+        record.label_size = ref.size;
+      }
+      record.members.push_back(std::move(ref));
+      if (m.is_file()) files_[next_file_++].path = std::move(m.path);
+    }
+    if (record.defect.empty()) {
+      if (record.image_offset < 0) {
+        record.defect = "no image";
+      } else if (record.label_offset < 0) {
+        record.defect = "no label member";
+      } else if (record.image_size == 0) {
+        record.defect = "empty image member";
+      }
+    }
+    return record;
+  }
+
+  int64_t file_bytes() const { return file_bytes_; }
+  std::string fingerprint() const { return absl::StrFormat("%016x", hash_); }
+  void Take(std::vector<VirtualFile>* files, std::string* values) && {
+    *files = std::move(files_);
+    *values = std::move(values_);
+  }
+
+ private:
+  std::vector<VirtualFile> files_;
+  int64_t file_bytes_ = 0;
+  size_t next_file_ = 0;
+  std::string values_;
+  uint64_t hash_ = common::kFnv64Offset;
+};
+
 }  // namespace
 
 std::string FirstNotes(const std::vector<ListingNote>& notes, size_t n) {
@@ -221,75 +307,20 @@ FileShard MakeFileShard(const std::string& name, int32_t shard_id,
                         FileListing listing, std::function<void()> on_change,
                         const storage::ObjectStore* store) {
   MakeKeysUnique(&listing.samples);
-  uint64_t hash = common::kFnv64Offset;
-  for (const std::string& c : listing.classes) hash = HashBytes(c, hash);
-  hash = HashI64(static_cast<int64_t>(listing.classes.size()), hash);
-
-  std::vector<VirtualFile> files;
-  files.reserve(listing.samples.size());
-  int64_t file_bytes = 0;
-  for (const FileSample& sample : listing.samples) {
-    for (const FileMember& m : sample.members) {
-      if (m.is_file()) {
-        files.push_back({file_bytes, "", m.size, m.mtime_ns, m.object});
-        file_bytes += m.size;
-      }
-    }
-  }
-  std::string values;
+  RecordBuilder builder(listing);
+  for (const std::string& c : listing.classes) builder.Hash(c);
+  builder.HashNumber(static_cast<int64_t>(listing.classes.size()));
   std::vector<SampleRecord> records;
   records.reserve(listing.samples.size());
-  int64_t next_file = 0;
   for (FileSample& sample : listing.samples) {
-    SampleRecord record;
-    record.key = std::move(sample.key);
-    record.defect = std::move(sample.defect);
-    record.damage = record.defect;
-    hash = HashBytes(record.key, hash);
-    record.members.reserve(sample.members.size());
-    for (size_t i = 0; i < sample.members.size(); ++i) {
-      FileMember& m = sample.members[i];
-      MemberRef ref;
-      ref.extension = m.extension;
-      if (m.is_file()) {
-        ref.offset = files[next_file].base;
-        ref.size = m.size;
-      } else {
-        ref.offset =
-            file_bytes + kValuesGap + static_cast<int64_t>(values.size());
-        ref.size = static_cast<int64_t>(m.value.size());
-        values += m.value;
-        hash = HashBytes(m.value, hash);
-      }
-      hash = HashBytes(ref.extension, hash);
-      hash = HashI64(ref.size, hash);
-      if (i == 0 && sample.has_image) {
-        record.image_offset = ref.offset;
-        record.image_size = ref.size;
-        const size_t dot = m.path.rfind('.');
-        record.format = FormatOfExtension(
-            dot == std::string::npos ? absl::string_view()
-                                     : absl::string_view(m.path).substr(dot + 1));
-      } else if (ref.extension == "cls" && record.label_offset < 0) {
-        record.label_offset = ref.offset;
-        record.label_size = ref.size;
-      }
-      record.members.push_back(std::move(ref));
-      if (m.is_file()) files[next_file++].path = std::move(m.path);
-    }
-    if (record.defect.empty()) {
-      if (record.image_offset < 0) {
-        record.defect = "no image";
-      } else if (record.label_offset < 0) {
-        record.defect = "no label member";
-      } else if (record.image_size == 0) {
-        record.defect = "empty image member";
-      }
-    }
-    records.push_back(std::move(record));
+    records.push_back(builder.Record(&sample));
   }
-  hash = HashI64(static_cast<int64_t>(records.size()), hash);
-
+  builder.HashNumber(static_cast<int64_t>(records.size()));
+  const int64_t file_bytes = builder.file_bytes();
+  const std::string fingerprint = builder.fingerprint();
+  std::vector<VirtualFile> files;
+  std::string values;
+  std::move(builder).Take(&files, &values);
   const int64_t total =
       file_bytes + kValuesGap + static_cast<int64_t>(values.size());
   return FileShard{
@@ -299,7 +330,7 @@ FileShard MakeFileShard(const std::string& name, int32_t shard_id,
           name, std::make_unique<FileSetSource>(std::move(files),
                                                 std::move(values), file_bytes,
                                                 std::move(on_change), store)),
-      absl::StrFormat("%016x", hash), file_bytes};
+      fingerprint, file_bytes};
 }
 
 }  // namespace stoker::server
