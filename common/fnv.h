@@ -24,6 +24,15 @@ inline uint64_t Fnv1a64(const void* data, size_t size,
   return hash;
 }
 
+// FNV-1a 64 of `value`'s 8 bytes, little-endian, continuing from `hash`.
+inline uint64_t Fnv1a64Le64(uint64_t value, uint64_t hash) {
+  unsigned char bytes[8];
+  for (int i = 0; i < 8; ++i) {
+    bytes[i] = static_cast<unsigned char>(value >> (8 * i));
+  }
+  return Fnv1a64(bytes, sizeof(bytes), hash);
+}
+
 }  // namespace stoker::common
 
 #endif  // STOKER_COMMON_FNV_H_

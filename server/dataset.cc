@@ -11,6 +11,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,13 +24,6 @@
 
 namespace stoker::server {
 namespace {
-
-uint64_t HashU64(uint64_t value, uint64_t hash) {
-  unsigned char bytes[8];
-  for (int i = 0; i < 8; ++i)
-    bytes[i] = static_cast<unsigned char>(value >> (8 * i));
-  return Fnv1a64(bytes, sizeof(bytes), hash);
-}
 
 std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -144,15 +138,16 @@ void LogByKind(const std::string& dataset, absl::string_view what,
                const std::vector<T>& items, const KindFn& kind_of,
                const ExampleFn& example_of) {
   constexpr size_t kMaxKinds = 8;
+  // In order of first appearance: kind, count, first item.
   std::vector<std::pair<std::string, std::pair<int64_t, const T*>>> kinds;
+  absl::flat_hash_map<std::string, size_t> position;
   for (const T& item : items) {
-    const std::string kind = kind_of(item);
-    auto it = std::find_if(kinds.begin(), kinds.end(),
-                           [&](const auto& k) { return k.first == kind; });
-    if (it == kinds.end()) {
-      kinds.push_back({kind, {1, &item}});
+    std::string kind = kind_of(item);
+    auto [it, added] = position.try_emplace(kind, kinds.size());
+    if (added) {
+      kinds.push_back({std::move(kind), {1, &item}});
     } else {
-      ++it->second.first;
+      ++kinds[it->second].second.first;
     }
   }
   int64_t rest = 0;
@@ -339,8 +334,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
                "be read), {} classes, {} bytes, fingerprint {}; {} notes",
                name, dataset->kind(), path,
                opened->from_cache ? " (listing from the index cache)" : "",
-               opened->seconds,
-               dataset->sample_count(), opened->defective,
+               opened->seconds, dataset->sample_count(), unreadable.size(),
                dataset->classes().size(), dataset->total_bytes(),
                dataset->fingerprint(), dataset->left_out().size());
   return dataset;
@@ -419,8 +413,9 @@ Dataset::Dataset(std::string name, std::vector<Shard> shards,
     const std::string base = BaseName(shard.index.path());
     // The NUL keeps "ab"+"c" apart from "a"+"bc".
     hash = Fnv1a64(base.data(), base.size() + 1, hash);
-    hash = HashU64(static_cast<uint64_t>(shard.index.file_size()), hash);
-    hash = HashU64(static_cast<uint64_t>(samples), hash);
+    hash = common::Fnv1a64Le64(static_cast<uint64_t>(shard.index.file_size()),
+                                hash);
+    hash = common::Fnv1a64Le64(static_cast<uint64_t>(samples), hash);
   }
   if (kind_ == "shards") {
     fingerprint_ = absl::StrFormat("%016x", hash);

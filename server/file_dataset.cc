@@ -34,10 +34,6 @@ int64_t WallNowNs() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
-int64_t MtimeNs(const struct stat& st) {
-  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-}
-
 bool StampHolds(const index::v1::Stamp& stamp, bool check_size,
                 int64_t listed_ns) {
   struct stat st;
@@ -163,18 +159,14 @@ OpenedFiles Finish(const std::string& path, int32_t shard_id,
                    FileListing listing, bool from_cache, int64_t listed_ns,
                    std::function<void()> on_change,
                    const storage::ObjectStore* store) {
-  int64_t defective = 0;
-  for (const FileSample& s : listing.samples) {
-    if (!s.defect.empty()) ++defective;
-  }
-  std::string kind = listing.kind;
+  // MakeFileShard needs the samples and the classes.
+  std::string kind = std::move(listing.kind);
+  std::vector<ListingNote> notes = std::move(listing.notes);
   std::vector<std::string> classes = listing.classes;
-  std::vector<ListingNote> notes = listing.notes;
   FileShard shard = MakeFileShard(path, shard_id, std::move(listing),
                                   std::move(on_change), store);
-  return OpenedFiles{std::move(shard),     std::move(kind),
-                     std::move(classes),   std::move(notes),
-                     defective,            from_cache,
+  return OpenedFiles{std::move(shard), std::move(kind), std::move(classes),
+                     std::move(notes), from_cache,
                      (WallNowNs() - listed_ns) / 1e9};
 }
 

@@ -49,7 +49,6 @@ struct OpenedFiles {
   std::string kind;
   std::vector<std::string> classes;
   std::vector<ListingNote> notes;
-  int64_t defective = 0;
   bool from_cache = false;
   // Listing (or reading the cache entry) and making the shard.
   double seconds = 0;

@@ -397,16 +397,6 @@ bool LooksLikeFile(absl::string_view v) {
   return base.size() - dot - 1 <= 8;
 }
 
-std::string Extension(absl::string_view path) {
-  const size_t slash = path.rfind('/');
-  const absl::string_view base =
-      slash == absl::string_view::npos ? path : path.substr(slash + 1);
-  const size_t dot = base.rfind('.');
-  return dot == absl::string_view::npos
-             ? ""
-             : absl::AsciiStrToLower(base.substr(dot + 1));
-}
-
 absl::StatusOr<std::vector<Column>> ReadColumns(const Table& table,
                                                 const std::string& path,
                                                 bool csv) {
@@ -504,8 +494,7 @@ std::string StatFile(FileMember* member) {
                         std::strerror(errno));
   }
   member->size = st.st_size;
-  member->mtime_ns =
-      int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  member->mtime_ns = MtimeNs(st);
   return "";
 }
 
@@ -576,8 +565,8 @@ std::optional<FileMember> FileOf(const RowContext& context,
     m.object = std::make_shared<const storage::ObjectInfo>();
   }
   m.extension = column.kind == Kind::kImage
-                    ? Extension(v)
-                    : absl::StrCat(column.name, ".", Extension(v));
+                    ? PathExtension(v)
+                    : absl::StrCat(column.name, ".", PathExtension(v));
   return m;
 }
 
@@ -647,10 +636,7 @@ void StampFolders(const std::string& list_folder, FileListing* listing) {
   for (std::string& f : folders) {
     struct stat st;
     if (::stat(f.c_str(), &st) != 0) continue;
-    listing->folders.push_back(
-        {std::move(f),
-         int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
-         static_cast<uint64_t>(st.st_ino)});
+    listing->folders.push_back(StampOf(std::move(f), st));
   }
 }
 

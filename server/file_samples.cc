@@ -29,15 +29,6 @@ uint64_t HashBytes(absl::string_view bytes, uint64_t hash) {
   return Fnv1a64(&nul, 1, hash);
 }
 
-uint64_t HashI64(int64_t value, uint64_t hash) {
-  unsigned char bytes[8];
-  for (int i = 0; i < 8; ++i) {
-    bytes[i] = static_cast<unsigned char>(static_cast<uint64_t>(value) >>
-                                          (8 * i));
-  }
-  return Fnv1a64(bytes, sizeof(bytes), hash);
-}
-
 struct VirtualFile {
   int64_t base = 0;  // virtual offset of its first byte
   std::string path;
@@ -123,8 +114,7 @@ class FileSetSource : public ByteSource {
       status = absl::DataLossError(
           absl::StrCat("cannot stat '", file.path, "': ", std::strerror(errno)));
     } else {
-      const int64_t mtime_ns =
-          int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+      const int64_t mtime_ns = MtimeNs(st);
       if (st.st_size != file.size || mtime_ns != file.mtime_ns) {
         Changed();
         status = absl::DataLossError(absl::StrFormat(
@@ -195,7 +185,9 @@ class RecordBuilder {
   }
 
   void Hash(absl::string_view bytes) { hash_ = HashBytes(bytes, hash_); }
-  void HashNumber(int64_t n) { hash_ = HashI64(n, hash_); }
+  void HashNumber(int64_t n) {
+    hash_ = common::Fnv1a64Le64(static_cast<uint64_t>(n), hash_);
+  }
 
   // The record of the next sample (consumed: its paths and values move
   // into the source).
@@ -225,11 +217,7 @@ class RecordBuilder {
       if (i == 0 && sample->has_image) {
         record.image_offset = ref.offset;
         record.image_size = ref.size;
-        const size_t dot = m.path.rfind('.');
-        record.format = FormatOfExtension(
-            dot == std::string::npos
-                ? absl::string_view()
-                : absl::string_view(m.path).substr(dot + 1));
+        record.format = FormatOfExtension(m.extension);
       } else if (ref.extension == "cls" && record.label_offset < 0) {
         record.label_offset = ref.offset;
         record.label_size = ref.size;
@@ -265,6 +253,24 @@ class RecordBuilder {
 };
 
 }  // namespace
+
+int64_t MtimeNs(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+FolderStamp StampOf(std::string path, const struct stat& st) {
+  return {std::move(path), MtimeNs(st), static_cast<uint64_t>(st.st_ino)};
+}
+
+std::string PathExtension(absl::string_view path) {
+  const size_t slash = path.rfind('/');
+  const absl::string_view base =
+      slash == absl::string_view::npos ? path : path.substr(slash + 1);
+  const size_t dot = base.rfind('.');
+  return dot == absl::string_view::npos
+             ? ""
+             : absl::AsciiStrToLower(base.substr(dot + 1));
+}
 
 std::string FirstNotes(const std::vector<ListingNote>& notes, size_t n) {
   std::string text;

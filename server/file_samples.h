@@ -26,6 +26,8 @@
 // rule reads the same key back) and "_<index>" appended to a key already
 // taken.
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -82,6 +84,14 @@ struct FolderStamp {
   int64_t mtime_ns = 0;
   uint64_t inode = 0;
 };
+
+// st_mtim in nanoseconds.
+int64_t MtimeNs(const struct stat& st);
+// The stamp of the folder `path` that `st` describes.
+FolderStamp StampOf(std::string path, const struct stat& st);
+// The extension of `path`'s last part, lowercased ("a/b.v2.JPEG" ->
+// "jpeg"); "" if it has none.
+std::string PathExtension(absl::string_view path);
 
 struct FileListing {
   // "ImageFolder", "CSV list" or "JSON lines list".

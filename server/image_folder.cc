@@ -76,11 +76,6 @@ void NoteOtherFiles(int64_t count, const std::string& first,
                            "the first)")});
 }
 
-FolderStamp StampOf(const std::string& path, const struct stat& st) {
-  return {path, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
-          static_cast<uint64_t>(st.st_ino)};
-}
-
 // `root` is the dataset root's (device, inode): a link back to it is a loop
 // too.
 void WalkClass(const std::string& top, int32_t label,
@@ -149,8 +144,7 @@ void WalkClass(const std::string& top, int32_t label,
         sample.defect = "not a regular file";
       } else {
         sample.size = st.st_size;
-        sample.mtime_ns =
-            int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+        sample.mtime_ns = MtimeNs(st);
       }
       out->samples.push_back(std::move(sample));
     }
@@ -252,9 +246,8 @@ FileListing ToFileListing(const std::string& root, FolderListing listing) {
     const absl::string_view relative =
         absl::string_view(s.path).substr(base.size() + 1);
     sample.key = KeyOfPath(relative);
-    const size_t dot = s.path.rfind('.');
     FileMember image;
-    image.extension = absl::AsciiStrToLower(s.path.substr(dot + 1));
+    image.extension = PathExtension(s.path);
     image.path = std::move(s.path);
     image.size = s.size;
     image.mtime_ns = s.mtime_ns;
@@ -319,7 +312,7 @@ absl::StatusOr<FileListing> ListObjectFolder(const storage::ObjectStore& store,
         sample.key = KeyOfPath(
             absl::string_view(object->url).substr(base.size() + 1));
         FileMember image;
-        image.extension = absl::AsciiStrToLower(file.substr(file.rfind('.') + 1));
+        image.extension = PathExtension(file);
         image.path = object->url;
         image.size = object->size;
         image.object = std::make_shared<const storage::ObjectInfo>(*object);
