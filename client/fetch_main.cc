@@ -17,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -118,7 +119,11 @@ ABSL_FLAG(int64_t, stop_after_batches, 0,
           "If > 0, stops after this many batches and prints the resume "
           "cursor as the last line.");
 ABSL_FLAG(std::string, resume_from, "",
-          "A cursor printed by --stop_after_batches: continue from there.");
+          "A cursor printed by --stop_after_batches: continue from there. "
+          "Another rank's cursor, or one from a job of another world size or "
+          "batch size, continues that epoch elastically; several cursors "
+          "separated by spaces (every rank's of one job) continue exactly "
+          "even when its ranks stopped at different batches.");
 ABSL_FLAG(bool, checksum, false,
           "Print checksum=<hex> over delivered pixels, labels and sample "
           "indices (delivery order) before the summary.");
@@ -420,12 +425,14 @@ int main(int argc, char** argv) {
 
   int64_t epoch = absl::GetFlag(FLAGS_start_epoch);
   int64_t last_epoch = epoch + absl::GetFlag(FLAGS_epochs) - 1;
-  std::optional<Cursor> resume;
-  if (!absl::GetFlag(FLAGS_resume_from).empty()) {
-    absl::StatusOr<Cursor> cursor =
-        Cursor::Parse(absl::GetFlag(FLAGS_resume_from));
+  std::optional<std::vector<Cursor>> resume;
+  for (absl::string_view text :
+       absl::StrSplit(absl::GetFlag(FLAGS_resume_from), ' ',
+                      absl::SkipWhitespace())) {
+    absl::StatusOr<Cursor> cursor = Cursor::Parse(text);
     if (!cursor.ok()) return Fail(cursor.status());
-    resume = *cursor;
+    if (!resume.has_value()) resume.emplace();
+    resume->push_back(*cursor);
     epoch = cursor->epoch;
     last_epoch = std::max(last_epoch, epoch);
   }
@@ -442,8 +449,13 @@ int main(int argc, char** argv) {
   for (; epoch <= last_epoch && !stopped_early; ++epoch) {
     absl::Status started = resume.has_value() ? loader.Resume(*resume)
                                               : loader.StartEpoch(epoch);
-    resume.reset();
     if (!started.ok()) return Fail(started);
+    if (resume.has_value()) {
+      // A cursor at its epoch's end continues with the next epoch.
+      epoch = loader.cursor().epoch;
+      last_epoch = std::max(last_epoch, epoch);
+      resume.reset();
+    }
     const absl::Time epoch_start = absl::Now();
     int64_t epoch_images = 0, epoch_batches = 0, epoch_skipped = 0;
     while (true) {

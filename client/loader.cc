@@ -346,19 +346,13 @@ absl::Status Loader::SetPlan(const v1::GetDatasetInfoResponse& reference) {
   fingerprint_ = reference.fingerprint();
   dataset_samples_ = reference.sample_count();
   classes_.assign(reference.classes().begin(), reference.classes().end());
-  common::EpochPlanParams params;
-  params.num_samples = dataset_samples_;
-  params.seed = options_.seed;
-  params.epoch = 0;
-  params.rank = options_.rank;
-  params.world_size = options_.world_size;
-  params.batch_size = options_.batch_size;
-  params.shuffle = false;  // the batch count does not depend on the order
-  params.drop_last = options_.drop_last;
-  absl::StatusOr<common::EpochPlan> plan = common::EpochPlan::Create(params);
-  if (!plan.ok()) return plan.status();
-  num_batches_ = plan->num_batches();
-  plan_id_ = ComputePlanId(IdentityOf(options_, fingerprint_));
+  absl::StatusOr<int64_t> batches = BatchesAfter(EpochStart());
+  if (!batches.ok()) return batches.status();
+  num_batches_ = *batches;
+  const PlanIdentity identity = IdentityOf(options_, fingerprint_);
+  facts_ = FactsOf(identity);
+  plan_id_ = DataPlanId(facts_);
+  legacy_plan_id_ = ComputePlanId(identity);
   // Shared-memory slots hold a full batch's payload. Bytes fields have no
   // fixed size: such requests use the socket.
   const bool bytes_fields =
@@ -441,8 +435,24 @@ void Loader::ResolveNow() {
   }
 }
 
-v1::StreamBatchesRequest Loader::MakeRequest(int64_t epoch,
+absl::StatusOr<int64_t> Loader::BatchesAfter(const EpochStart& start) const {
+  common::EpochPlanParams params;
+  params.num_samples = dataset_samples_;
+  params.rank = options_.rank;
+  params.world_size = options_.world_size;
+  params.batch_size = options_.batch_size;
+  params.drop_last = options_.drop_last;
+  params.consumed_prefix = start.consumed_prefix;
+  params.consumed_after = start.consumed_after;
+  // Positions only: the batch count does not depend on the order.
+  absl::StatusOr<common::EpochPlan> plan = common::EpochPlan::Positions(params);
+  if (!plan.ok()) return plan.status();
+  return plan->num_batches();
+}
+
+v1::StreamBatchesRequest Loader::MakeRequest(const EpochStart& start,
                                              const Lease& lease) const {
+  const int64_t epoch = start.epoch;
   v1::StreamBatchesRequest request;
   v1::EpochPlanSpec* plan = request.mutable_plan();
   plan->set_dataset(options_.dataset);
@@ -456,6 +466,9 @@ v1::StreamBatchesRequest Loader::MakeRequest(int64_t epoch,
   plan->set_shuffle(options_.shuffle);
   if (options_.shuffle) plan->set_shuffle_window(options_.shuffle_window);
   plan->set_drop_last(options_.drop_last);
+  plan->set_consumed_prefix(start.consumed_prefix);
+  plan->mutable_consumed_positions()->Add(start.consumed_after.begin(),
+                                          start.consumed_after.end());
   request.set_start_batch(lease.begin);
   request.set_end_batch(lease.end);
   request.set_bad_sample_policy(options_.fail_on_bad_sample
@@ -654,15 +667,16 @@ int64_t Loader::RunRange(int endpoint, const Lease& lease, SharedPath* shared,
                          absl::Status* status) {
   grpc::ClientContext context;
   AddToken(options_, &context);
-  int64_t epoch;
+  std::shared_ptr<const EpochStart> start;
   {
     absl::MutexLock lock(&delivery_mu_);
-    epoch = schedule_->position().epoch();
+    start = start_;
   }
+  const int64_t epoch = start->epoch;
   const std::string address = EndpointAddress(endpoint);
   const StreamWatch::Id watched = streams_.Add(
       lease.generation, absl::Now(), [&context] { context.TryCancel(); });
-  v1::StreamBatchesRequest request = MakeRequest(epoch, lease);
+  v1::StreamBatchesRequest request = MakeRequest(*start, lease);
   *request.mutable_client_report() = TakeReport();
   SharedSlots slots;
   slots.indices = AcquireSlots(shared, static_cast<int>(lease.end - lease.begin));
@@ -825,23 +839,84 @@ absl::Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
   absl::StatusOr<Position> position =
       Position::FromCursor(cursor, num_batches_);
   if (!position.ok()) return position.status();
-  return StartAt(*position);
+  EpochStart whole;
+  whole.epoch = epoch;
+  return StartAt(whole, *position);
 }
 
 absl::Status Loader::Resume(const Cursor& cursor) {
-  if (cursor.plan_id != plan_id_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cursor belongs to plan ", cursor.plan_id, ", this loader's plan is ",
-        plan_id_, " (dataset, transform, batch size, seed, rank, world size, "
-        "shuffle, drop_last and fields must match)"));
-  }
-  absl::StatusOr<Position> position =
-      Position::FromCursor(cursor, num_batches_);
-  if (!position.ok()) return position.status();
-  return StartAt(*position);
+  return Resume(std::vector<Cursor>{cursor});
 }
 
-absl::Status Loader::StartAt(const Position& position) {
+absl::Status Loader::Resume(const std::vector<Cursor>& cursors) {
+  if (cursors.empty()) {
+    return absl::InvalidArgumentError("no cursor to resume from");
+  }
+  const Cursor& first = cursors.front();
+  if (first.version == 1) {
+    if (cursors.size() != 1 || first.plan_id != legacy_plan_id_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "version-1 cursor of plan ", first.plan_id, ": this loader's plan "
+          "is ", legacy_plan_id_, " (a version-1 cursor resumes only with "
+          "the same dataset, transform, batch size, seed, rank, world size, "
+          "shuffle, drop_last and fields)"));
+    }
+    absl::StatusOr<Position> position =
+        Position::FromCursor(first, num_batches_);
+    if (!position.ok()) return position.status();
+    EpochStart whole;
+    whole.epoch = first.epoch;
+    return StartAt(whole, *position);
+  }
+  for (const Cursor& c : cursors) {
+    if (c.version != 1 && c.plan_id == plan_id_ && c.facts == facts_) continue;
+    const std::string differences = facts_.Differences(c.facts);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the saved state belongs to another data plan (", c.plan_id,
+        "; this loader's is ", plan_id_, "): ",
+        differences.empty() ? "its plan id does not match its parts"
+                            : differences));
+  }
+  EpochStart start;
+  std::optional<Position> position;
+  const EpochCut& cut = first.cut;
+  if (cursors.size() == 1 && cut.rank == options_.rank &&
+      cut.world_size == options_.world_size &&
+      cut.batch_size == options_.batch_size &&
+      cut.drop_last == options_.drop_last) {
+    // This rank's own cursor: exactly where it stopped.
+    start.epoch = first.epoch;
+    start.consumed_prefix = cut.consumed_prefix;
+    start.consumed_after = cut.consumed_after;
+    absl::StatusOr<int64_t> batches = BatchesAfter(start);
+    if (!batches.ok()) return batches.status();
+    absl::StatusOr<Position> exact = Position::FromCursor(first, *batches);
+    if (!exact.ok()) return exact.status();
+    if (exact->done()) {  // at its epoch's end: the next one, whole
+      start = EpochStart();
+      start.epoch = first.epoch + 1;
+      exact = Position(start.epoch, num_batches_);
+    }
+    position = *std::move(exact);
+  } else {
+    absl::StatusOr<EpochStart> continued =
+        ContinueFrom(cursors, dataset_samples_);
+    if (!continued.ok()) return continued.status();
+    start = *std::move(continued);
+    absl::StatusOr<int64_t> batches = BatchesAfter(start);
+    if (!batches.ok()) return batches.status();
+    position.emplace(start.epoch, *batches);
+  }
+  return StartAt(start, *position);
+}
+
+int64_t Loader::epoch_batches() const {
+  absl::MutexLock lock(&delivery_mu_);
+  return schedule_->started() ? schedule_->num_batches() : num_batches_;
+}
+
+absl::Status Loader::StartAt(const EpochStart& start,
+                             const Position& position) {
   int64_t generation;
   {
     // All of the new epoch's state is set under one lock hold before any
@@ -852,6 +927,7 @@ absl::Status Loader::StartAt(const Position& position) {
       return absl::CancelledError("loader was cancelled");
     }
     schedule_->Start(position);
+    start_ = std::make_shared<const EpochStart>(start);
     generation = schedule_->generation();
     ready_.clear();
     error_ = absl::OkStatus();
@@ -914,9 +990,21 @@ void Loader::Cancel() {
 }
 
 Cursor Loader::cursor() const {
-  absl::MutexLock lock(&delivery_mu_);
-  if (!schedule_->started()) return Position(0, num_batches_).ToCursor(plan_id_);
-  return schedule_->position().ToCursor(plan_id_);
+  Cursor cursor;
+  {
+    absl::MutexLock lock(&delivery_mu_);
+    cursor = schedule_->started()
+                 ? schedule_->position().ToCursor(plan_id_)
+                 : Position(0, num_batches_).ToCursor(plan_id_);
+    cursor.cut.consumed_prefix = start_->consumed_prefix;
+    cursor.cut.consumed_after = start_->consumed_after;
+  }
+  cursor.facts = facts_;
+  cursor.cut.rank = options_.rank;
+  cursor.cut.world_size = options_.world_size;
+  cursor.cut.batch_size = options_.batch_size;
+  cursor.cut.drop_last = options_.drop_last;
+  return cursor;
 }
 
 LoaderStats Loader::stats() const {

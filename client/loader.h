@@ -50,6 +50,7 @@
 #include "client/batch_region.h"
 #include "client/batch_source.h"
 #include "client/cursor.h"
+#include "client/elastic.h"
 #include "client/endpoint_set.h"
 #include "client/host_batch.h"
 #include "client/local_servers.h"
@@ -203,21 +204,42 @@ class Loader : public BatchSource {
       const LoaderOptions& options);
   ~Loader() override;
 
-  // Batches per epoch for this rank, samples in the dataset, fingerprint.
+  // Batches per whole epoch for this rank, samples in the dataset,
+  // fingerprint.
   int64_t num_batches() const { return num_batches_; }
+  // Batches of the epoch being delivered: num_batches(), or fewer for an
+  // epoch resumed from another shape's cursor (see Resume).
+  int64_t epoch_batches() const;
   int64_t dataset_samples() const { return dataset_samples_; }
   const std::string& fingerprint() const { return fingerprint_; }
   // An ImageFolder's class names (class index i is classes()[i]); empty
   // for other datasets.
   const std::vector<std::string>& classes() const { return classes_; }
+  // The data plan's id (client/plan_id.h: DataPlanId), the same for every
+  // rank and shape; cursors carry it.
   const std::string& plan_id() const { return plan_id_; }
+  const PlanFacts& plan_facts() const { return facts_; }
+  // The whole plan's id, shape included, that version-1 cursors carry.
+  const std::string& legacy_plan_id() const { return legacy_plan_id_; }
 
-  // Starts (or restarts) fetching epoch `epoch` from batch `start_batch`.
-  // Abandons the epoch in progress. INVALID_ARGUMENT for a bad start.
+  // Starts (or restarts) fetching epoch `epoch`, whole, from batch
+  // `start_batch`. Abandons the epoch in progress. INVALID_ARGUMENT for a
+  // bad start.
   absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0);
-  // Starts from a cursor taken from a loader with the same plan.
-  // INVALID_ARGUMENT if the cursor belongs to another plan.
+  // Starts from a cursor of the same data plan. The cursor of this rank
+  // from a loader of this shape resumes exactly where it stopped (the same
+  // batch indices). Any other (another rank's, another world size, batch
+  // size or drop_last) continues its epoch elastically: a job whose ranks
+  // were all at that cursor's step has consumed what it says, and this
+  // loader's share of the rest follows (client/elastic.h), with
+  // epoch_batches() batches. INVALID_ARGUMENT naming what differs if the
+  // cursor belongs to another data plan (dataset, data, transform, fields,
+  // seed, shuffle, mixture), or naming what is wrong with it. A version-1
+  // cursor resumes only on the shape that wrote it.
   absl::Status Resume(const Cursor& cursor);
+  // Same, from every rank's cursor of the job that stopped (one per rank,
+  // any order): exact even when its ranks stopped at different batches.
+  absl::Status Resume(const std::vector<Cursor>& cursors);
 
   // The next batch of the current epoch; OUT_OF_RANGE at its end;
   // FAILED_PRECONDITION before StartEpoch; CANCELLED after Cancel(); the
@@ -301,10 +323,13 @@ class Loader : public BatchSource {
   // After RunRange: reissues what was not received, judges the endpoint.
   void FinishRange(int endpoint, const Lease& lease, int64_t first_missing,
                    absl::Status status);
-  // StartEpoch and Resume: starts at `position`, atomically with respect to
-  // the fetch threads.
-  absl::Status StartAt(const Position& position);
-  v1::StreamBatchesRequest MakeRequest(int64_t epoch,
+  // StartEpoch and Resume: starts at `position` of the epoch that begins
+  // after `start`'s consumed positions, atomically with respect to the
+  // fetch threads.
+  absl::Status StartAt(const EpochStart& start, const Position& position);
+  // The batch count of this rank's cut of an epoch starting at `start`.
+  absl::StatusOr<int64_t> BatchesAfter(const EpochStart& start) const;
+  v1::StreamBatchesRequest MakeRequest(const EpochStart& start,
                                        const Lease& lease) const;
   // The consumer's starvation and rate (see ReportWindow), sent with every
   // request.
@@ -346,7 +371,10 @@ class Loader : public BatchSource {
   int64_t dataset_samples_ = 0;
   std::string fingerprint_;
   std::vector<std::string> classes_;
+  PlanFacts facts_;
   std::string plan_id_;
+  // The whole plan's id, shape included: what version-1 cursors carry.
+  std::string legacy_plan_id_;
   // Bytes of a full batch's payload, for shared-memory slots; 0: no shared
   // memory (off, or a request with bytes fields).
   size_t shared_slot_bytes_ = 0;
@@ -377,6 +405,10 @@ class Loader : public BatchSource {
   std::map<int64_t, HostBatch> ready_ ABSL_GUARDED_BY(delivery_mu_);
   // The epoch's fatal error; OK while it goes on.
   absl::Status error_ ABSL_GUARDED_BY(delivery_mu_);
+  // Where the epoch being delivered starts (the positions consumed before
+  // it; none for a whole epoch). Shared with requests in flight.
+  std::shared_ptr<const EpochStart> start_ ABSL_GUARDED_BY(delivery_mu_) =
+      std::make_shared<const EpochStart>();
 
   mutable absl::Mutex endpoints_mu_;
   EndpointSet endpoints_ ABSL_GUARDED_BY(endpoints_mu_);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "client/cursor.h"
 #include "proto/stoker.pb.h"
 
 namespace stoker::client {
@@ -37,6 +38,9 @@ struct PlanIdentity {
   // Only counts with shuffle (0: the whole dataset is shuffled).
   int64_t shuffle_window = 0;
   bool drop_last = false;
+  // A mixture's canonical text (sources, weights, mode, epoch length);
+  // empty for one dataset.
+  std::string mixture;
 };
 
 // The plan's id: PlanId (client/cursor.h) of the fields joined by '|', the
@@ -44,6 +48,15 @@ struct PlanIdentity {
 // FormatFields). Equal identities give equal ids; any field that differs
 // (shuffle_window only with shuffle) gives another id.
 std::string ComputePlanId(const PlanIdentity& plan);
+
+// The data plan's parts: what an epoch holds and how it is augmented,
+// without the shape (rank, world size, batch size, drop_last) it is cut
+// into. Cursors (version 2) carry them.
+PlanFacts FactsOf(const PlanIdentity& plan);
+
+// The data plan's id: PlanId of its parts, joined. Equal for every rank and
+// for jobs of any shape over the same data plan.
+std::string DataPlanId(const PlanFacts& facts);
 
 }  // namespace stoker::client
 

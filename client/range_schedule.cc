@@ -16,6 +16,7 @@ RangeSchedule::RangeSchedule(int64_t num_batches, int prefetch_batches,
 void RangeSchedule::Start(const Position& position) {
   ++generation_;
   position_ = position;
+  num_batches_ = position.num_batches();
   received_.assign(num_batches_, false);
   for (int64_t b = 0; b < num_batches_; ++b) {
     if (position.IsDelivered(b)) received_[b] = true;

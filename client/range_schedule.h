@@ -47,15 +47,17 @@ class RangeSchedule {
     kStale,      // the lease predates the current epoch: drop it
   };
 
-  // An epoch of `num_batches` batches; `prefetch_batches` and
+  // Epochs of `num_batches` batches until Start says otherwise;
+  // `prefetch_batches` and
   // `batches_per_request` >= 1. In order: batches are handed out by index;
   // otherwise as they arrive.
   RangeSchedule(int64_t num_batches, int prefetch_batches,
                 int batches_per_request, bool in_order);
 
-  // Starts over at `position` (a position in a plan of num_batches()):
-  // every batch not delivered there is pending, nothing is received, and
-  // earlier leases become stale.
+  // Starts over at `position`: every batch not delivered there is pending,
+  // nothing is received, and earlier leases become stale. The epoch has
+  // position.num_batches() batches from now on (a resumed epoch of another
+  // shape has fewer than a whole one).
   void Start(const Position& position);
   bool started() const { return generation_ > 0; }
   // Counts Start() calls; leases carry the one they were taken in.
@@ -97,7 +99,7 @@ class RangeSchedule {
   // to the pool; returns how many.
   int64_t AddPending(int64_t begin, int64_t end);
 
-  const int64_t num_batches_;
+  int64_t num_batches_;
   const int prefetch_batches_;
   const int batches_per_request_;
   const bool in_order_;

@@ -30,29 +30,50 @@ absl::Status ValidateBatching(int batch_size, int rank, int world_size) {
   return absl::OkStatus();
 }
 
-namespace {
-
-absl::Status ValidateParams(const EpochPlanParams& p) {
+absl::Status ValidatePlanParams(const EpochPlanParams& p) {
   if (p.num_samples <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_samples must be > 0, got ", p.num_samples));
   }
+  if (p.consumed_prefix < 0 || p.consumed_prefix > p.num_samples) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("consumed_prefix must be in [0, num_samples = ",
+                     p.num_samples, "], got ", p.consumed_prefix));
+  }
+  int64_t previous = p.consumed_prefix - 1;
+  for (const int64_t position : p.consumed_after) {
+    if (position <= previous || position >= p.num_samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "consumed positions must be ascending, unique and in [",
+          p.consumed_prefix, ", ", p.num_samples, "); got ", position,
+          " after ", previous));
+    }
+    previous = position;
+  }
   return ValidateBatching(p.batch_size, p.rank, p.world_size);
 }
 
-}  // namespace
+int64_t RemainingSamples(const EpochPlanParams& params) {
+  return params.num_samples - params.consumed_prefix -
+         static_cast<int64_t>(params.consumed_after.size());
+}
 
 absl::StatusOr<EpochPlan> EpochPlan::Create(const EpochPlanParams& params) {
-  if (absl::Status s = ValidateParams(params); !s.ok()) return s;
+  if (absl::Status s = ValidatePlanParams(params); !s.ok()) return s;
   return EpochPlan(params, std::make_shared<const std::vector<int64_t>>(
                                GlobalOrder(params.num_samples, params.seed,
                                            params.epoch, params.shuffle)));
 }
 
+absl::StatusOr<EpochPlan> EpochPlan::Positions(const EpochPlanParams& params) {
+  if (absl::Status s = ValidatePlanParams(params); !s.ok()) return s;
+  return EpochPlan(params, nullptr);
+}
+
 absl::StatusOr<EpochPlan> EpochPlan::Create(
     const EpochPlanParams& params,
     std::shared_ptr<const std::vector<int64_t>> global_order) {
-  if (absl::Status s = ValidateParams(params); !s.ok()) return s;
+  if (absl::Status s = ValidatePlanParams(params); !s.ok()) return s;
   if (global_order == nullptr) {
     return absl::InvalidArgumentError("global_order must not be null");
   }
@@ -110,12 +131,33 @@ std::vector<int64_t> EpochPlan::BlockOrder(
 
 EpochPlan::EpochPlan(const EpochPlanParams& params,
                      std::shared_ptr<const std::vector<int64_t>> order)
-    : params_(params), order_(std::move(order)) {
-  // ceil(N / W) without overflowing for N near INT64_MAX.
-  samples_per_rank_ = (params_.num_samples - 1) / params_.world_size + 1;
+    : params_(params),
+      order_(std::move(order)),
+      remaining_(RemainingSamples(params_)) {
+  // ceil(M / W) without overflowing for M near INT64_MAX.
+  samples_per_rank_ =
+      remaining_ == 0 ? 0 : (remaining_ - 1) / params_.world_size + 1;
   const int64_t b = params_.batch_size;
-  num_batches_ = params_.drop_last ? samples_per_rank_ / b
-                                   : (samples_per_rank_ - 1) / b + 1;
+  num_batches_ = params_.drop_last || samples_per_rank_ == 0
+                     ? samples_per_rank_ / b
+                     : (samples_per_rank_ - 1) / b + 1;
+}
+
+int64_t EpochPlan::RemainingPosition(int64_t i) const {
+  const std::vector<int64_t>& after = params_.consumed_after;
+  // The smallest position p >= prefix + i with p - prefix - (consumed
+  // positions <= p) == i: grow p by the consumed ones it passes until none
+  // is left.
+  size_t passed = 0;
+  while (true) {
+    const int64_t p =
+        params_.consumed_prefix + i + static_cast<int64_t>(passed);
+    const size_t now = static_cast<size_t>(
+        std::upper_bound(after.begin() + passed, after.end(), p) -
+        after.begin());
+    if (now == passed) return p;
+    passed = now;
+  }
 }
 
 int64_t EpochPlan::BatchSize(int64_t b) const {
@@ -131,16 +173,24 @@ std::vector<int64_t> EpochPlan::BatchSamples(int64_t b) const {
 }
 
 void EpochPlan::BatchSamples(int64_t b, std::vector<int64_t>* out) const {
+  BatchPositions(b, out);
+  if (order_ == nullptr) return;  // Positions(): the identity order
+  const std::vector<int64_t>& order = *order_;
+  for (int64_t& entry : *out) entry = order[entry];
+}
+
+void EpochPlan::BatchPositions(int64_t b, std::vector<int64_t>* out) const {
   out->clear();
   const int64_t size = BatchSize(b);
   out->reserve(size);
-  const std::vector<int64_t>& order = *order_;
-  const int64_t n = params_.num_samples;
+  const int64_t m = remaining_;
   const int64_t w = params_.world_size;
-  // Position in the padded order of this batch's first entry.
+  const bool gaps = !params_.consumed_after.empty();
+  // Index in the padded remainder of this batch's first entry.
   int64_t pos = params_.rank + b * params_.batch_size * w;
   for (int64_t k = 0; k < size; ++k, pos += w) {
-    out->push_back(order[pos % n]);
+    const int64_t i = pos % m;
+    out->push_back(gaps ? RemainingPosition(i) : params_.consumed_prefix + i);
   }
 }
 

@@ -14,6 +14,11 @@
 //      total / W entries, the same on every rank.
 //   4. Those are cut into batches of batch_size; the last partial batch is
 //      kept unless drop_last.
+// Elastic resume: a plan may start after positions of the global order that
+// a job (of this shape or another) already consumed (consumed_prefix and
+// consumed_after). Steps 2-4 then apply to the remaining positions, in
+// order, as if they were the whole epoch: every remaining sample once, the
+// same batch count on every rank.
 // So every rank has the same number of batches, and with world_size == 1 every
 // sample appears exactly once per epoch. The orders themselves differ from
 // PyTorch's (we use our own generator, common/random.h).
@@ -46,13 +51,29 @@ struct EpochPlanParams {
   bool shuffle = true;
   // Drop this rank's last batch when it is partial.
   bool drop_last = false;
+  // Positions of the global order consumed before this plan (elastic
+  // resume): every position below consumed_prefix (0 <= it <= num_samples)
+  // and those in consumed_after (strictly ascending, in [consumed_prefix,
+  // num_samples)). Their samples are left out; the rest is cut as a whole
+  // epoch would be.
+  int64_t consumed_prefix = 0;
+  std::vector<int64_t> consumed_after;
 };
+
+// Samples of the epoch a plan with these consumed positions still holds:
+// num_samples - consumed_prefix - consumed_after.size().
+int64_t RemainingSamples(const EpochPlanParams& params);
 
 // The checks of EpochPlan::Create that need no dataset: InvalidArgument
 // naming the field for batch_size outside [1, kMaxBatchSize], world_size < 1
 // or rank outside [0, world_size). Lets callers refuse a bad request before
 // contacting servers or computing an order.
 absl::Status ValidateBatching(int batch_size, int rank, int world_size);
+
+// Every check of EpochPlan::Create: ValidateBatching's, num_samples > 0
+// and the consumed positions (inside the epoch, ascending, unique).
+// InvalidArgument naming the field.
+absl::Status ValidatePlanParams(const EpochPlanParams& params);
 
 // An immutable plan. Cheap to copy: copies share the global order. Thread-safe
 // (all methods are const and the shared order is never modified).
@@ -61,7 +82,8 @@ class EpochPlan {
   // Validates `params` and computes the global order (O(num_samples) time and
   // 8 * num_samples bytes). Errors: InvalidArgument naming the field for
   // num_samples <= 0, batch_size outside [1, kMaxBatchSize], world_size < 1,
-  // or rank outside [0, world_size).
+  // rank outside [0, world_size), or consumed positions outside the epoch
+  // or not ascending.
   static absl::StatusOr<EpochPlan> Create(const EpochPlanParams& params);
 
   // Same, but shares a precomputed (e.g. cached) global order, which must be
@@ -71,6 +93,13 @@ class EpochPlan {
   static absl::StatusOr<EpochPlan> Create(
       const EpochPlanParams& params,
       std::shared_ptr<const std::vector<int64_t>> global_order);
+
+  // A plan of positions only (no global order is computed or held): what
+  // BatchSize, num_batches, BatchPositions and RemainingPosition answer is
+  // the same as Create's; BatchSamples answers positions (the identity
+  // order). For the client, which needs the batch count, and for orders
+  // that map positions themselves (mixtures). Errors as Create.
+  static absl::StatusOr<EpochPlan> Positions(const EpochPlanParams& params);
 
   // The epoch's order of all samples before padding and sharding: the
   // identity if !shuffle, else a Fisher-Yates shuffle (i from N-1 down to 1,
@@ -100,8 +129,9 @@ class EpochPlan {
   const EpochPlanParams& params() const { return params_; }
   int batch_size() const { return params_.batch_size; }
 
-  // ceil(num_samples / world_size): entries this rank takes, padding
-  // included.
+  // ceil(remaining / world_size): entries this rank takes, padding
+  // included (remaining = RemainingSamples(params()): num_samples unless
+  // the plan resumes a consumed part).
   int64_t samples_per_rank() const { return samples_per_rank_; }
 
   // Batches of this rank. May be 0 when drop_last and samples_per_rank <
@@ -119,12 +149,22 @@ class EpochPlan {
   // Same, into *out (cleared first), reusing its capacity.
   void BatchSamples(int64_t b, std::vector<int64_t>* out) const;
 
+  // Positions in the global order of batch b's samples (BatchSamples is
+  // the order's entries at these positions), into *out (cleared first).
+  void BatchPositions(int64_t b, std::vector<int64_t>* out) const;
+
+  // The position in the global order of the i-th remaining one (0 <= i <
+  // remaining): the i-th position that is neither below consumed_prefix
+  // nor in consumed_after. O(log |consumed_after|).
+  int64_t RemainingPosition(int64_t i) const;
+
  private:
   EpochPlan(const EpochPlanParams& params,
             std::shared_ptr<const std::vector<int64_t>> order);
 
   EpochPlanParams params_;
   std::shared_ptr<const std::vector<int64_t>> order_;
+  int64_t remaining_;
   int64_t samples_per_rank_;
   int64_t num_batches_;
 };

@@ -126,15 +126,16 @@ absl::StatusOr<StreamSpec> ValidateStreamRequest(
   spec.params.batch_size = plan.batch_size();
   spec.params.shuffle = plan.shuffle();
   spec.params.drop_last = plan.drop_last();
+  spec.params.consumed_prefix = plan.consumed_prefix();
+  spec.params.consumed_after.assign(plan.consumed_positions().begin(),
+                                    plan.consumed_positions().end());
   if (plan.shuffle_window() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shuffle_window must be >= 0, got ", plan.shuffle_window()));
   }
   spec.shuffle_window = plan.shuffle_window();
   // The cheap checks come before computing (or fetching) an epoch order.
-  if (absl::Status s = common::ValidateBatching(
-          plan.batch_size(), plan.rank(), plan.world_size());
-      !s.ok()) {
+  if (absl::Status s = common::ValidatePlanParams(spec.params); !s.ok()) {
     return s;
   }
   if (absl::Status s = CheckBatchBytes(spec, plan.batch_size(), limits);

@@ -91,6 +91,10 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
     pipeline->dataset_samples_ = pipeline->loader_->dataset_samples();
     pipeline->classes_ = pipeline->loader_->classes();
     pipeline->plan_id_ = pipeline->loader_->plan_id();
+    pipeline->legacy_plan_id_ = pipeline->loader_->legacy_plan_id();
+    pipeline->facts_ = pipeline->loader_->plan_facts();
+    pipeline->cut_ = pipeline->loader_->cursor().cut;
+    pipeline->position_ = Position(0, pipeline->num_batches_);
   }
   Pipeline* raw = pipeline.get();
   pipeline->waiter_ = std::thread([raw] { raw->WaiterLoop(); });
@@ -222,17 +226,22 @@ void Pipeline::WaiterLoop() {
   mu_.Unlock();
 }
 
-absl::Status Pipeline::Start(const Cursor& cursor) {
-  if (cursor.plan_id != plan_id_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the state belongs to plan ", cursor.plan_id,
-        ", this loader's plan is ", plan_id_,
-        " (dataset, transform, batch size, seed, rank, world size, shuffle, "
-        "drop_last and fields must match)"));
-  }
-  absl::StatusOr<Position> position =
-      Position::FromCursor(cursor, num_batches_);
-  if (!position.ok()) return position.status();
+absl::Status Pipeline::StartEpoch(int64_t epoch) {
+  return Begin([epoch](Loader* loader) { return loader->StartEpoch(epoch); });
+}
+
+absl::Status Pipeline::Start(const std::vector<Cursor>& cursors) {
+  return Begin(
+      [&cursors](Loader* loader) { return loader->Resume(cursors); });
+}
+
+int64_t Pipeline::epoch_batches() const {
+  absl::MutexLock lock(&mu_);
+  return position_.num_batches();
+}
+
+absl::Status Pipeline::Begin(
+    const std::function<absl::Status(Loader*)>& begin) {
   absl::MutexLock consumer(&consumer_mu_);
   Phase phase;
   {
@@ -249,10 +258,10 @@ absl::Status Pipeline::Start(const Cursor& cursor) {
   }
   // The device loader is not running (kFresh) or paused after handing out
   // the end of the epoch (kEnded), so the network loader has no other
-  // consumer now. Resume cancels the loader's streams and Start starts a
-  // thread: both outside mu_ (no lock across a cancel). loader_ and device_
-  // cannot change meanwhile: only Build and Teardown replace them, under
-  // consumer_mu_, which this call holds.
+  // consumer now. Starting it cancels the loader's streams and the device
+  // loader's Start starts a thread: both outside mu_ (no lock across a
+  // cancel). loader_ and device_ cannot change meanwhile: only Build and
+  // Teardown replace them, under consumer_mu_, which this call holds.
   Loader* loader = nullptr;
   DeviceLoader* device = nullptr;
   {
@@ -261,14 +270,21 @@ absl::Status Pipeline::Start(const Cursor& cursor) {
     loader = loader_.get();
     device = device_.get();
   }
-  absl::Status started = loader->Resume(cursor);
-  if (started.ok() && phase == Phase::kFresh) started = device->Start(loader);
+  absl::Status started = begin(loader);
+  // The loader's position before anything is delivered is the consumer's.
+  const Cursor at = loader->cursor();
+  absl::StatusOr<Position> position =
+      started.ok() ? Position::FromCursor(at, loader->epoch_batches())
+                   : absl::StatusOr<Position>(started);
+  if (position.ok() && phase == Phase::kFresh) started = device->Start(loader);
   absl::MutexLock lock(&mu_);
-  if (!started.ok()) {
-    phase_ = Phase::kBroken;
-    return started;
+  if (!started.ok() || !position.ok()) {
+    // A refused cursor leaves fresh loaders as they were.
+    if (phase != Phase::kFresh || started.ok()) phase_ = Phase::kBroken;
+    return started.ok() ? position.status() : started;
   }
   position_ = *std::move(position);
+  cut_ = at.cut;
   phase_ = Phase::kRunning;
   return absl::OkStatus();
 }
@@ -330,7 +346,10 @@ void Pipeline::Abandon() {
 
 Cursor Pipeline::cursor() const {
   absl::MutexLock lock(&mu_);
-  return position_.ToCursor(plan_id_);
+  Cursor cursor = position_.ToCursor(plan_id_);
+  cursor.facts = facts_;
+  cursor.cut = cut_;
+  return cursor;
 }
 
 PipelineStats Pipeline::stats() const {

@@ -31,10 +31,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -109,15 +111,26 @@ class Pipeline {
   int64_t dataset_samples() const { return dataset_samples_; }
   const std::vector<std::string>& classes() const { return classes_; }
   const std::string& plan_id() const { return plan_id_; }
+  const std::string& legacy_plan_id() const { return legacy_plan_id_; }
+  const PlanFacts& facts() const { return facts_; }
   const PipelineOptions& options() const { return options_; }
 
-  // Starts delivering from `cursor`: epoch cursor.epoch, skipping the
-  // batches below cursor.next_batch and those in cursor.delivered_after. A
-  // plain epoch start is Cursor{plan_id(), epoch, 0, {}}. Abandons the epoch
-  // in progress. Errors: InvalidArgument if the cursor belongs to another
-  // plan or is out of range (message says why); the errors of a rebuild
-  // (see Create), after which Start may be called again.
-  absl::Status Start(const Cursor& cursor);
+  // Starts delivering epoch `epoch`, whole. Abandons the epoch in
+  // progress. Errors: those of a rebuild (see Create), after which Start
+  // may be called again.
+  absl::Status StartEpoch(int64_t epoch);
+  // Starts delivering from saved cursors, as Loader::Resume: this rank's
+  // own cursor resumes exactly; another rank's or shape's (or every rank's
+  // cursors) continue the epoch elastically. Abandons the epoch in
+  // progress. Errors: InvalidArgument if a cursor belongs to another data
+  // plan or is out of range (the message says why); those of a rebuild.
+  absl::Status Start(const std::vector<Cursor>& cursors);
+  absl::Status Start(const Cursor& cursor) {
+    return Start(std::vector<Cursor>{cursor});
+  }
+  // Batches of the epoch being delivered (num_batches(), or fewer for an
+  // elastically resumed one).
+  int64_t epoch_batches() const;
 
   // The next batch of the epoch, waiting at most `timeout`; nullopt if none
   // is ready by then (the wait continues in the background; call again).
@@ -148,6 +161,9 @@ class Pipeline {
 
   Pipeline(const PipelineOptions& options,
            std::unique_ptr<LocalServers> local_servers);
+  // Start's steps once the loaders are ready: `begin` starts the network
+  // loader at the wanted position; the consumer's position follows it.
+  absl::Status Begin(const std::function<absl::Status(Loader*)>& begin);
   // Creates loader_ and device_; the phase becomes kFresh.
   absl::Status Build() ABSL_LOCKS_EXCLUDED(mu_);
   // Stops and frees loader_ and device_ (if any); the phase becomes kBroken.
@@ -164,6 +180,8 @@ class Pipeline {
   int64_t dataset_samples_ = 0;
   std::vector<std::string> classes_;
   std::string plan_id_;
+  std::string legacy_plan_id_;
+  PlanFacts facts_;
 
   // Serializes the consumer calls (Start, Next, Abandon).
   absl::Mutex consumer_mu_ ABSL_ACQUIRED_BEFORE(mu_);
@@ -182,8 +200,9 @@ class Pipeline {
   std::optional<absl::StatusOr<DeviceBatch>> result_ ABSL_GUARDED_BY(mu_);
   std::thread waiter_;
 
-  // The consumer's position (see cursor()).
+  // The consumer's position (see cursor()) and the cut of its epoch.
   Position position_ ABSL_GUARDED_BY(mu_){0, 0};
+  EpochCut cut_ ABSL_GUARDED_BY(mu_);
 
   // Stats of the loaders already torn down, and the consumer's counters.
   LoaderStats retired_ ABSL_GUARDED_BY(mu_);

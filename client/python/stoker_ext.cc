@@ -528,30 +528,49 @@ class PyPipeline {
   int64_t dataset_samples() { return Get()->dataset_samples(); }
   std::vector<std::string> classes() { return Get()->classes(); }
   std::string plan_id() { return Get()->plan_id(); }
+  std::string legacy_plan_id() { return Get()->legacy_plan_id(); }
+  // The data plan's parts (client/cursor.h PlanFacts), for state dicts.
+  py::dict plan_facts() {
+    const PlanFacts f = Get()->facts();
+    py::dict d;
+    d["dataset"] = f.dataset;
+    d["fingerprint"] = f.fingerprint;
+    d["transform"] = f.transform;
+    d["fields"] = f.fields;
+    d["seed"] = f.seed;
+    d["shuffle"] = f.shuffle;
+    d["shuffle_window"] = f.window;
+    d["mixture"] = f.mixture;
+    return d;
+  }
 
-  void Start(const std::string& cursor_text) {
-    const Cursor cursor = ParseCursorOrThrow(cursor_text);
+  // From saved cursors: this rank's own, or any rank's of a synchronous
+  // job, or every rank's (see Pipeline::Start).
+  void Start(const std::vector<std::string>& cursor_texts) {
+    std::vector<Cursor> cursors;
+    for (const std::string& text : cursor_texts) {
+      cursors.push_back(ParseCursorOrThrow(text));
+    }
     std::shared_ptr<Pipeline> p = Get();
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = p->Start(cursor);
+      s = p->Start(cursors);
     }
     if (!s.ok()) ThrowStatus(s);
   }
 
   void StartEpoch(int64_t epoch) {
     std::shared_ptr<Pipeline> p = Get();
-    Cursor cursor;
-    cursor.plan_id = p->plan_id();
-    cursor.epoch = epoch;
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = p->Start(cursor);
+      s = p->StartEpoch(epoch);
     }
     if (!s.ok()) ThrowStatus(s);
   }
+
+  int64_t epoch_batches() { return Get()->epoch_batches(); }
 
   // (StagedBatch, info dict), or None at the end of the epoch.
   py::object Next() {
@@ -689,6 +708,15 @@ py::dict ParseCursorDict(const std::string& text) {
   d["epoch"] = cursor.epoch;
   d["next_batch"] = cursor.next_batch;
   d["delivered_after"] = cursor.delivered_after;
+  d["version"] = cursor.version;
+  if (cursor.version >= 2) {
+    d["rank"] = cursor.cut.rank;
+    d["world_size"] = cursor.cut.world_size;
+    d["batch_size"] = cursor.cut.batch_size;
+    d["drop_last"] = cursor.cut.drop_last;
+    d["consumed_prefix"] = cursor.cut.consumed_prefix;
+    d["consumed_after"] = cursor.cut.consumed_after;
+  }
   return d;
 }
 
@@ -827,7 +855,10 @@ PYBIND11_MODULE(_stoker, m) {
       .def_property_readonly("classes", &PyPipeline::classes)
       .def_property_readonly("plan_id", &PyPipeline::plan_id)
       .def_property_readonly("closed", &PyPipeline::closed)
-      .def("start", &PyPipeline::Start, py::arg("cursor"))
+      .def("start", &PyPipeline::Start, py::arg("cursors"))
+      .def_property_readonly("epoch_batches", &PyPipeline::epoch_batches)
+      .def_property_readonly("legacy_plan_id", &PyPipeline::legacy_plan_id)
+      .def_property_readonly("plan_facts", &PyPipeline::plan_facts)
       .def("start_epoch", &PyPipeline::StartEpoch, py::arg("epoch"))
       .def("next", &PyPipeline::Next)
       .def("abandon", &PyPipeline::Abandon)

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,6 +19,18 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 constexpr char kPlan[] = "0123456789abcdef";
+
+// A version-2 cursor whose parts are well formed.
+Cursor Valid() {
+  Cursor cursor;
+  cursor.plan_id = kPlan;
+  cursor.facts.dataset = "train set;1";
+  cursor.facts.fingerprint = "f00d";
+  cursor.facts.transform = "00000000000000aa";
+  cursor.facts.fields = "00000000000000bb";
+  cursor.facts.seed = 17;
+  return cursor;
+}
 
 class CursorTest : public ::testing::Test {
  protected:
@@ -35,8 +48,9 @@ class CursorTest : public ::testing::Test {
   }
 };
 
-TEST_F(CursorTest, SerializesInDocumentedForm) {
+TEST_F(CursorTest, SerializesVersionOneInItsForm) {
   Cursor cursor;
+  cursor.version = 1;
   cursor.plan_id = kPlan;
   cursor.epoch = 3;
   cursor.next_batch = 17;
@@ -44,10 +58,64 @@ TEST_F(CursorTest, SerializesInDocumentedForm) {
   cursor.delivered_after = {18, 20, 41};
   EXPECT_EQ(cursor.Serialize(),
             "stoker-cursor-v1:0123456789abcdef:3:17:18,20,41");
+  const Cursor parsed = MustParse(cursor.Serialize());
+  EXPECT_EQ(parsed.version, 1);
+  EXPECT_THAT(parsed.delivered_after, ElementsAre(18, 20, 41));
+}
+
+TEST_F(CursorTest, SerializesVersionTwoInDocumentedForm) {
+  Cursor cursor = Valid();
+  cursor.plan_id = kPlan;
+  cursor.epoch = 3;
+  cursor.next_batch = 17;
+  cursor.delivered_after = {18, 20};
+  cursor.cut.rank = 2;
+  cursor.cut.world_size = 4;
+  cursor.cut.batch_size = 64;
+  cursor.cut.drop_last = true;
+  cursor.cut.consumed_prefix = 1000;
+  cursor.cut.consumed_after = {1001, 1005};
+  const std::string text =
+      "stoker-cursor-v2;plan=0123456789abcdef;epoch=3;next=17;after=18,20;"
+      "rank=2;world=4;batch=64;drop_last=1;prefix=1000;consumed=1001,1005;"
+      "dataset=train%20set%3b1;fingerprint=f00d;transform=00000000000000aa;"
+      "fields=00000000000000bb;seed=17;shuffle=1;window=0";
+  EXPECT_EQ(cursor.Serialize(), text);
+  const Cursor parsed = MustParse(text);
+  EXPECT_EQ(parsed.version, 2);
+  EXPECT_EQ(parsed.facts, cursor.facts);
+  EXPECT_EQ(parsed.facts.dataset, "train set;1");
+  EXPECT_TRUE(parsed.cut.SameCut(cursor.cut));
+  EXPECT_EQ(parsed.cut.rank, 2);
+  EXPECT_EQ(parsed.Serialize(), text);
+}
+
+TEST_F(CursorTest, RejectsMalformedVersionTwo) {
+  const std::string good = Valid().Serialize();
+  EXPECT_TRUE(Cursor::Parse(good).ok());
+  ExpectInvalid(good + ";unknown=1");          // a part it does not know
+  ExpectInvalid(good + ";seed=3");             // given twice
+  ExpectInvalid(absl::StrReplaceAll(good, {{";world=1", ";world=0"}}));
+  ExpectInvalid(absl::StrReplaceAll(good, {{";rank=0", ";rank=1"}}));
+  ExpectInvalid(absl::StrReplaceAll(good, {{";batch=1", ";batch=0"}}));
+  ExpectInvalid(absl::StrReplaceAll(good, {{";transform=", ";transform=x"}}));
+  ExpectInvalid(absl::StrReplaceAll(good, {{"dataset=train%20", "dataset=%2"}}));
+  ExpectInvalid(absl::StrReplaceAll(good, {{";seed=17", ""}}));
+  ExpectInvalid(good + ";consumed=5,4");
+}
+
+TEST_F(CursorTest, PlanFactsNameWhatDiffers) {
+  const PlanFacts here = Valid().facts;
+  PlanFacts saved = here;
+  EXPECT_EQ(here.Differences(saved), "");
+  saved.seed = 3;
+  saved.transform = "00000000000000cc";
+  EXPECT_EQ(here.Differences(saved),
+            "the transform differs; seed '17' here, '3' in the state");
 }
 
 TEST_F(CursorTest, RoundTripsWithoutDeliveredList) {
-  Cursor cursor;
+  Cursor cursor = Valid();
   cursor.plan_id = PlanId("imagenet seed=17");
   cursor.epoch = 12;
   cursor.next_batch = 9876543210;
@@ -59,7 +127,7 @@ TEST_F(CursorTest, RoundTripsWithoutDeliveredList) {
 }
 
 TEST_F(CursorTest, RoundTripsWithDeliveredList) {
-  Cursor cursor;
+  Cursor cursor = Valid();
   cursor.plan_id = kPlan;
   cursor.epoch = 0;
   cursor.next_batch = 5;
@@ -73,7 +141,7 @@ TEST_F(CursorTest, RoundTripsWithDeliveredList) {
 }
 
 TEST_F(CursorTest, RoundTripsExtremeValues) {
-  Cursor cursor;
+  Cursor cursor = Valid();
   cursor.plan_id = "ffffffffffffffff";
   cursor.epoch = std::numeric_limits<int64_t>::max();
   cursor.next_batch = std::numeric_limits<int64_t>::max() - 1;
@@ -154,7 +222,7 @@ TEST_F(CursorTest, PlanIdIsSixteenLowercaseHexDigitsAndParses) {
     for (char c : id) {
       EXPECT_TRUE((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) << id;
     }
-    Cursor cursor;
+    Cursor cursor = Valid();
     cursor.plan_id = id;
     EXPECT_EQ(MustParse(cursor.Serialize()).plan_id, id);
   }

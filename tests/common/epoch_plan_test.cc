@@ -486,5 +486,45 @@ TEST_F(EpochPlanTest, BlockOrderHandlesEmptyShardsAndEmptyDatasets) {
   EXPECT_TRUE(IsPermutationOfRange(EpochPlan::BlockOrder(sizes, 3, 2, 5), 13));
 }
 
+TEST_F(EpochPlanTest, ConsumedPositionsAreLeftOutAndTheRestCutAsAnEpoch) {
+  EpochPlanParams params;
+  params.num_samples = 50;
+  params.seed = 9;
+  params.epoch = 2;
+  params.world_size = 3;
+  params.batch_size = 4;
+  params.consumed_prefix = 12;
+  params.consumed_after = {13, 20, 49};
+  const std::vector<int64_t> order = EpochPlan::GlobalOrder(50, 9, 2, true);
+  std::multiset<int64_t> seen;
+  int64_t batches = -1;
+  for (int rank = 0; rank < 3; ++rank) {
+    params.rank = rank;
+    absl::StatusOr<EpochPlan> plan = EpochPlan::Create(params);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // 35 remaining: 12 per rank (1 of padding), 3 batches each.
+    EXPECT_EQ(plan->samples_per_rank(), 12);
+    if (batches >= 0) EXPECT_EQ(plan->num_batches(), batches);
+    batches = plan->num_batches();
+    for (int64_t b = 0; b < plan->num_batches(); ++b) {
+      for (const int64_t sample : plan->BatchSamples(b)) seen.insert(sample);
+    }
+  }
+  EXPECT_EQ(batches, 3);
+  std::set<int64_t> expected;
+  for (int64_t p = 12; p < 50; ++p) {
+    if (p != 13 && p != 20 && p != 49) expected.insert(order[p]);
+  }
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()), expected);
+  EXPECT_EQ(seen.size(), expected.size() + 1);  // padding: 1 repeat
+  // Nothing consumed: the plan is the whole epoch's.
+  params.consumed_prefix = 0;
+  params.consumed_after.clear();
+  params.rank = 1;
+  absl::StatusOr<EpochPlan> whole = EpochPlan::Create(params);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->num_batches(), 5);
+}
+
 }  // namespace
 }  // namespace stoker::common

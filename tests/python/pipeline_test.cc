@@ -50,10 +50,12 @@ std::vector<std::vector<int64_t>> Drain(Pipeline& pipeline) {
   }
 }
 
+// A cursor at the start of `epoch` for this pipeline's plan and shape.
 Cursor EpochStart(const Pipeline& pipeline, int64_t epoch) {
-  Cursor cursor;
-  cursor.plan_id = pipeline.plan_id();
+  Cursor cursor = pipeline.cursor();
   cursor.epoch = epoch;
+  cursor.next_batch = 0;
+  cursor.delivered_after.clear();
   return cursor;
 }
 

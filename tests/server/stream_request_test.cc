@@ -104,6 +104,31 @@ TEST_F(StreamRequestTest, RefusesBadBatching) {
   EXPECT_THAT(status.message(), HasSubstr("shuffle_window"));
 }
 
+TEST_F(StreamRequestTest, CarriesConsumedPositionsAndRefusesBadOnes) {
+  v1::StreamBatchesRequest request = Request();
+  request.mutable_plan()->set_consumed_prefix(2);
+  request.mutable_plan()->add_consumed_positions(4);
+  absl::StatusOr<StreamSpec> spec =
+      ValidateStreamRequest(request, *dataset_, limits_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->params.consumed_prefix, 2);
+  EXPECT_EQ(spec->params.consumed_after, std::vector<int64_t>{4});
+  const int64_t n = dataset_->sample_count();
+  for (const auto& [prefix, positions] :
+       std::vector<std::pair<int64_t, std::vector<int64_t>>>{
+           {-1, {}}, {n + 1, {}}, {2, {1}}, {2, {5, 5}}, {2, {n}}}) {
+    request = Request();
+    request.mutable_plan()->set_consumed_prefix(prefix);
+    for (const int64_t p : positions) {
+      request.mutable_plan()->add_consumed_positions(p);
+    }
+    absl::Status status =
+        ValidateStreamRequest(request, *dataset_, limits_).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << prefix;
+    EXPECT_THAT(status.message(), HasSubstr("consumed"));
+  }
+}
+
 TEST_F(StreamRequestTest, RefusesBatchesOverEitherLimit) {
   StreamLimits small = limits_;
   small.max_batch_bytes = 4 * 6 * 8 * 3 - 1;

@@ -34,6 +34,7 @@ class _Cursor(TypedDict):
     epoch: int
     next_batch: int
     delivered_after: list[int]
+    version: int
 
 class _Field(TypedDict):
     """One entry of parse_fields' result (client/field_spec.h)."""
@@ -143,7 +144,17 @@ class Pipeline:
     def plan_id(self) -> str: ...
     @property
     def closed(self) -> bool: ...
-    def start(self, cursor: str) -> None: ...
+    @property
+    def legacy_plan_id(self) -> str: ...
+    @property
+    def epoch_batches(self) -> int: ...
+    # dataset, fingerprint, transform, fields, seed, shuffle,
+    # shuffle_window, mixture (client/cursor.h PlanFacts).
+    @property
+    def plan_facts(self) -> dict[str, Any]: ...
+    # From saved cursors: this rank's own, any rank's of a synchronous job,
+    # or every rank's (elastic resume).
+    def start(self, cursors: list[str]) -> None: ...
     def start_epoch(self, epoch: int) -> None: ...
     # (batch, info dict: epoch, batch_index, keys, sample_indices, labels,
     # server, skipped, and with batch ops erase / mix), or None at the end

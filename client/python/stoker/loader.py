@@ -36,7 +36,7 @@ _DTYPE_NAMES: dict[str, torch.dtype] = {
     "uint8": torch.uint8,
 }
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 
 def _invalid(message: str) -> _stoker.InvalidArgumentError:
@@ -334,13 +334,38 @@ def _distributed_defaults() -> tuple[int, int]:
     return values[0], values[1]
 
 
-def _check_plan(saved: object, current: str) -> None:
-    if saved != current:
+def _check_plan(state: dict[str, Any], current: str, version: int,
+                facts: dict[str, Any]) -> None:
+    saved = state["plan_id"]
+    if saved == current:
+        return
+    if version == 1:
         raise _invalid(
-            f"state_dict belongs to plan {saved!r}, this loader's plan is "
-            f"{current!r}: dataset, transform, batch_size, seed, rank, "
-            "world_size, shuffle, drop_last and fields must match the loader "
-            "that saved it")
+            f"state_dict (version 1) belongs to plan {saved!r}, this "
+            f"loader's is {current!r}: a version-1 state resumes only with "
+            "the same dataset, transform, batch_size, seed, rank, world_size, "
+            "shuffle, drop_last and fields")
+    differences = []
+    plan = state.get("plan")
+    if isinstance(plan, dict):
+        for name, value in facts.items():
+            if plan.get(name) == value:
+                continue
+            differences.append(
+                {"fingerprint": "the dataset's content differs",
+                 "transform": "the transform differs",
+                 "fields": "the fields differ",
+                 "mixture": "the mixture differs"}.get(
+                     name,
+                     f"{name}: {plan.get(name)!r} in the state, {value!r} "
+                     "here"))
+    named = "; ".join(differences) or (
+        "the dataset (or its content), transform, fields, seed, shuffle or "
+        "mixture differ")
+    raise _invalid(
+        f"state_dict belongs to data plan {saved!r}, this loader's is "
+        f"{current!r}: {named} (world_size, rank, batch_size and drop_last "
+        "may change)")
 
 
 # Why a Loader cannot be a torch Dataset, and what to do instead.
@@ -756,7 +781,8 @@ class Loader:
         # The epoch the next iteration starts, and a cursor to resume from
         # instead (set by load_state_dict).
         self._next_epoch = 0
-        self._resume: str | None = None
+        self._resume: list[str] | None = None
+        self._resume_epoch = 0
         # The epoch of the latest iteration; whether it has not finished.
         self._epoch: int | None = None
         self._in_progress = False
@@ -855,7 +881,7 @@ class Loader:
         A pending load_state_dict resume is kept when it is for this epoch
         and dropped otherwise."""
         epoch = _int_arg("epoch", epoch, 0)
-        if self._resume is not None and self._resume_epoch() != epoch:
+        if self._resume is not None and self._resume_epoch != epoch:
             self._resume = None
         self._next_epoch = epoch
         self._in_progress = False
@@ -881,7 +907,8 @@ class Loader:
         pipeline = self._open()
         if self._resume is not None:
             pipeline.start(self._resume)
-            epoch = self._resume_epoch()
+            # An exhausted cursor continues with the next epoch.
+            epoch = _stoker.parse_cursor(pipeline.cursor())["epoch"]
             self._resume = None
         else:
             epoch = self._next_epoch
@@ -1036,73 +1063,110 @@ class Loader:
         replay.convert_into(images.data_ptr(), labels.data_ptr(), stream)
         return images, labels
 
-    def _resume_epoch(self) -> int:
-        # Only called with a pending resume cursor.
-        return _stoker.parse_cursor(cast(str, self._resume))["epoch"]
-
     # --- checkpoints ---
 
     def state_dict(self) -> dict[str, Any]:
-        """{"version", "plan_id", "epoch", "cursor"}: `cursor` (a string) is
-        set while an epoch is partly yielded and names the batches yielded so
-        far; otherwise it is None and `epoch` is the epoch the next iteration
-        starts."""
+        """{"version", "plan_id", "plan", "epoch", "cursor"}: `cursor` (a
+        string) is set while an epoch is partly yielded and says what was
+        yielded so far, and how the epoch was cut (rank, world_size,
+        batch_size);
+        otherwise it is None and `epoch` is the epoch the next iteration
+        starts. `plan_id` names the data plan (dataset content, transform,
+        fields, seed, shuffle, mixture; `plan` lists them, so a refusal can
+        say which differs), not the job's shape: a state loads
+        into a loader of another world_size or batch_size (elastic resume,
+        see load_state_dict)."""
         pipeline = self._open()
-        cursor = None
+        cursor: str | list[str] | None = None
         epoch = self._next_epoch
         if self._resume is not None:
-            cursor = self._resume
-            epoch = self._resume_epoch()
+            cursor = (self._resume[0] if len(self._resume) == 1
+                      else list(self._resume))
+            epoch = self._resume_epoch
         elif self._in_progress:
             text = pipeline.cursor()
             position = _stoker.parse_cursor(text)
-            if position["next_batch"] < pipeline.num_batches:
+            if position["next_batch"] < pipeline.epoch_batches:
                 cursor = text
                 epoch = position["epoch"]
         return {
             "version": _STATE_VERSION,
             "plan_id": pipeline.plan_id,
+            "plan": pipeline.plan_facts,
             "epoch": epoch,
             "cursor": cursor,
         }
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores a state_dict() of a loader with the same arguments (the
-        cursor must belong to this plan: same dataset content, transform,
-        batch size, seed, rank, world size, shuffle, drop_last and fields).
-        The next iteration continues from there."""
+    def load_state_dict(
+            self, state_dict: dict[str, Any] | Sequence[dict[str, Any]]
+    ) -> None:
+        """Restores a state_dict() of a loader over the same data plan
+        (dataset content, transform, fields, seed, shuffle, mixture: a state
+        of another is refused, naming what differs). The next iteration
+        continues from there.
+
+        On the same rank, world_size and batch_size it continues exactly
+        where that loader stopped. On another shape (elastic resume: fewer
+        or more ranks, another batch_size or drop_last), give either one
+        state (any rank's: a synchronous job such as DDP has every rank at
+        the same step, so one rank's state says what the whole job
+        consumed) or a list of every rank's states (exact even when the
+        ranks stopped at different batches). The epoch's samples not yet
+        consumed are then delivered exactly once across the new ranks, with
+        the same batch count on each (len() of that epoch is smaller), and
+        the following epochs are those of a fresh job of the new shape. A
+        version-1 state resumes only on the shape that wrote it."""
         pipeline = self._open()
-        if not isinstance(state_dict, dict):
-            raise _invalid(f"state_dict must be a dict, got {type(state_dict)}")
-        missing = {"version", "plan_id", "epoch", "cursor"} - set(state_dict)
-        if missing:
-            raise _invalid(f"state_dict lacks {sorted(missing)}; expected a "
-                           "dict from Loader.state_dict()")
-        if state_dict["version"] != _STATE_VERSION:
-            raise _invalid(f"state_dict version {state_dict['version']!r} is "
-                           f"not supported (expected {_STATE_VERSION})")
-        # Between epochs too (cursor None) the state names its plan: the
-        # epoch number of one plan means nothing to another.
-        _check_plan(state_dict["plan_id"], pipeline.plan_id)
-        epoch = _int_arg("state_dict['epoch']", state_dict["epoch"], 0)
-        cursor = state_dict["cursor"]
-        if cursor is not None:
-            if not isinstance(cursor, str):
-                raise _invalid("state_dict['cursor'] must be a str or None, "
-                               f"got {cursor!r}")
-            position = _stoker.parse_cursor(cursor)
-            _check_plan(position["plan_id"], pipeline.plan_id)
-            if position["next_batch"] > pipeline.num_batches or any(
-                    b >= pipeline.num_batches
-                    for b in position["delivered_after"]):
-                raise _invalid(f"state_dict cursor {cursor} lies beyond this "
-                               f"plan's {pipeline.num_batches} batches")
-            if position["epoch"] != epoch:
-                raise _invalid(f"state_dict epoch {epoch} does not match its "
-                               f"cursor's epoch {position['epoch']}")
-            if position["next_batch"] >= pipeline.num_batches:
-                cursor, epoch = None, epoch + 1
-        self._resume = cursor
+        states = (list(state_dict) if isinstance(state_dict, (list, tuple))
+                  else [state_dict])
+        if not states:
+            raise _invalid("load_state_dict got an empty list of states")
+        cursors: list[str] = []
+        epochs = set()
+        for state in states:
+            if not isinstance(state, dict):
+                raise _invalid("state_dict must be a dict (or a list of "
+                               f"every rank's), got {type(state)}")
+            missing = {"version", "plan_id", "epoch", "cursor"} - set(state)
+            if missing:
+                raise _invalid(f"state_dict lacks {sorted(missing)}; expected "
+                               "a dict from Loader.state_dict()")
+            version = state["version"]
+            if version not in (1, _STATE_VERSION):
+                raise _invalid(f"state_dict version {version!r} is not "
+                               f"supported (expected 1 or {_STATE_VERSION})")
+            # Between epochs too (cursor None) the state names its plan:
+            # the epoch number of one plan means nothing to another.
+            _check_plan(state,
+                        pipeline.plan_id if version == 2
+                        else pipeline.legacy_plan_id, version,
+                        pipeline.plan_facts)
+            epochs.add(_int_arg("state_dict['epoch']", state["epoch"], 0))
+            cursor = state["cursor"]
+            texts = cursor if isinstance(cursor, list) else [cursor]
+            for text in texts:
+                if text is None:
+                    continue
+                if not isinstance(text, str):
+                    raise _invalid("state_dict['cursor'] must be a str or "
+                                   f"None, got {text!r}")
+                position = _stoker.parse_cursor(text)
+                if position["epoch"] != state["epoch"]:
+                    raise _invalid(
+                        f"state_dict epoch {state['epoch']} does not match "
+                        f"its cursor's epoch {position['epoch']}")
+                cursors.append(text)
+        if len(epochs) != 1:
+            raise _invalid(f"the states are of different epochs {sorted(epochs)}"
+                           "; save every rank's state at the same step")
+        epoch = epochs.pop()
+        if cursors and len(cursors) != len(states):
+            # Some ranks had finished the epoch (cursor None): their states
+            # say nothing about the others' batches.
+            raise _invalid("some states are between epochs and some are not; "
+                           "give the states of one step")
+        self._resume = cursors or None
+        self._resume_epoch = epoch
         self._next_epoch = epoch
         self._in_progress = False
         self._generation += 1
@@ -1162,7 +1226,8 @@ class _EpochIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._loader)
+        # A resumed epoch of another shape has fewer batches than len(loader).
+        return int(self._loader._open().epoch_batches)
 
     # (images, labels), (images, labels, info), fields or (fields, info), as
     # Loader says: Any, like torch.utils.data.DataLoader's items.
