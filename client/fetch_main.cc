@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
@@ -62,6 +63,20 @@ ABSL_FLAG(std::string, server_binary, "",
           "The stoker_server program for local servers; default "
           "$STOKER_SERVER, next to this program, or on PATH.");
 ABSL_FLAG(std::string, dataset, "", "Dataset name on the servers.");
+ABSL_FLAG(std::string, mixture, "",
+          "Instead of --dataset, a weighted mixture of the servers' "
+          "datasets: NAME:WEIGHT,NAME:WEIGHT,... (e.g. web:0.7,books:0.2,"
+          "code:0.1; weights are relative). --keys_out then writes "
+          "'<epoch> <dataset>/<key>'.");
+ABSL_FLAG(std::string, mixture_mode, "cycle",
+          "cycle: a source that runs out starts its next epoch, reshuffled, "
+          "and an epoch is --mixture_epoch_samples samples; first_exhausted: "
+          "an epoch ends just before its first exhausted source repeats.");
+ABSL_FLAG(std::string, mixture_unit, "sample",
+          "What draws a source: each sample, or each global batch (batch: "
+          "every rank's batch of a step from one source).");
+ABSL_FLAG(int64_t, mixture_epoch_samples, 0,
+          "cycle mode: samples per epoch (0: the sources' total).");
 ABSL_FLAG(int, batch_size, 256, "Samples per batch.");
 ABSL_FLAG(int, epochs, 1, "Epochs to stream.");
 ABSL_FLAG(int64_t, start_epoch, 0, "First epoch number.");
@@ -172,12 +187,54 @@ absl::Status ReadServers(LoaderOptions* options) {
   return absl::OkStatus();
 }
 
+// --mixture and its mode flags.
+absl::Status ReadMixture(LoaderOptions* options) {
+  for (absl::string_view item :
+       absl::StrSplit(absl::GetFlag(FLAGS_mixture), ',', absl::SkipEmpty())) {
+    const size_t colon = item.rfind(':');
+    double weight = 0;
+    if (colon == absl::string_view::npos || colon == 0 ||
+        !absl::SimpleAtod(item.substr(colon + 1), &weight)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mixture: '", item, "' is not NAME:WEIGHT"));
+    }
+    stoker::v1::MixtureSource& source = options->mixture.emplace_back();
+    source.set_dataset(std::string(item.substr(0, colon)));
+    source.set_weight(weight);
+  }
+  const std::string mode = absl::GetFlag(FLAGS_mixture_mode);
+  if (mode == "cycle") {
+    options->mixture_mode = stoker::v1::MIXTURE_MODE_CYCLE;
+  } else if (mode == "first_exhausted") {
+    options->mixture_mode = stoker::v1::MIXTURE_MODE_FIRST_EXHAUSTED;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mixture_mode must be cycle or first_exhausted, got '", mode, "'"));
+  }
+  const std::string unit = absl::GetFlag(FLAGS_mixture_unit);
+  if (unit == "sample") {
+    options->mixture_unit = stoker::v1::MIXTURE_UNIT_SAMPLE;
+  } else if (unit == "batch") {
+    options->mixture_unit = stoker::v1::MIXTURE_UNIT_BATCH;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mixture_unit must be sample or batch, got '", unit, "'"));
+  }
+  options->mixture_epoch_samples = absl::GetFlag(FLAGS_mixture_epoch_samples);
+  if (options->mixture_epoch_samples < 0) {
+    return absl::InvalidArgumentError("--mixture_epoch_samples must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LoaderOptions> ReadOptions() {
   LoaderOptions options;
   if (absl::Status s = ReadServers(&options); !s.ok()) return s;
   options.dataset = absl::GetFlag(FLAGS_dataset);
-  if (options.dataset.empty()) {
-    return absl::InvalidArgumentError("--dataset is required");
+  if (absl::Status s = ReadMixture(&options); !s.ok()) return s;
+  if (options.dataset.empty() == options.mixture.empty()) {
+    return absl::InvalidArgumentError(
+        "give --dataset or --mixture (one of them)");
   }
   absl::StatusOr<stoker::v1::TransformPipeline> transform =
       stoker::image::ParseTransform(absl::GetFlag(FLAGS_transform),
@@ -329,6 +386,8 @@ int Fail(const absl::Status& status) {
 // Where each delivered batch goes besides the count: --checksum,
 // --fields_out, --keys_out, the skipped-sample warnings and --step_ms.
 struct Sinks {
+  // A mixture's source names, for --keys_out.
+  std::vector<std::string> sources;
   Checksum checksum;
   std::unique_ptr<std::ofstream> keys_out;
   absl::Duration step;
@@ -344,8 +403,13 @@ absl::Status Consume(int64_t epoch, const HostBatch& batch, Sinks* sinks) {
     }
   }
   if (sinks->keys_out != nullptr) {
-    for (const std::string& key : batch.keys) {
-      *sinks->keys_out << epoch << ' ' << key << '\n';
+    for (size_t i = 0; i < batch.keys.size(); ++i) {
+      *sinks->keys_out << epoch << ' ';
+      if (i < batch.sources.size() && batch.sources[i] >= 0 &&
+          batch.sources[i] < static_cast<int32_t>(sinks->sources.size())) {
+        *sinks->keys_out << sinks->sources[batch.sources[i]] << '/';
+      }
+      *sinks->keys_out << batch.keys[i] << '\n';
     }
     // Flushed per batch: a watcher sees the epoch's progress (the process
     // tests wait for it instead of sleeping).
@@ -375,6 +439,17 @@ void PrintTotals(const Loader& loader, const Sinks& sinks, int64_t images,
       static_cast<long long>(stats.stream_failures),
       static_cast<long long>(stats.reissued_batches),
       static_cast<long long>(stats.shared_memory_batches));
+  if (!sinks.sources.empty()) {
+    // Samples delivered per mixture source.
+    std::string line = "sources:";
+    for (size_t s = 0; s < sinks.sources.size(); ++s) {
+      const int64_t n = s < stats.samples_by_source.size()
+                            ? stats.samples_by_source[s]
+                            : 0;
+      absl::StrAppend(&line, " ", sinks.sources[s], "=", n);
+    }
+    std::printf("%s\n", line.c_str());
+  }
   if (absl::GetFlag(FLAGS_checksum)) {
     std::printf("checksum=%s\n", sinks.checksum.Hex().c_str());
   }
@@ -410,6 +485,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<LoaderOptions> options = ReadOptions();
   if (!options.ok()) return Fail(options.status());
   Sinks sinks;
+  for (const stoker::v1::MixtureSource& source : options->mixture) {
+    sinks.sources.push_back(source.dataset());
+  }
   if (!absl::GetFlag(FLAGS_keys_out).empty()) {
     sinks.keys_out =
         std::make_unique<std::ofstream>(absl::GetFlag(FLAGS_keys_out));

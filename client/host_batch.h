@@ -137,6 +137,9 @@ struct HostBatch {
   std::vector<int32_t> labels;
   std::vector<int64_t> sample_indices;  // n entries, global dataset indices
   std::vector<std::string> keys;        // n entries
+  // A mixture's: each sample's source (index into LoaderOptions::mixture;
+  // sample_indices and keys are then that source's). Empty otherwise.
+  std::vector<int32_t> sources;
   std::vector<SkippedSample> skipped;   // samples of this batch left out
   ServerTimings server_timings;
   // Every requested field, in request order; empty for a classic request.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <optional>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/connection_set.h"
 #include "client/field_spec.h"
 #include "client/plan_id.h"
@@ -54,15 +56,15 @@ void AddToken(const LoaderOptions& options, grpc::ClientContext* context) {
   }
 }
 
-absl::StatusOr<v1::GetDatasetInfoResponse> FetchInfo(
+absl::StatusOr<v1::GetDatasetInfoResponse> FetchOne(
     const LoaderOptions& options, const std::string& address,
-    v1::Stoker::Stub* stub) {
+    const std::string& dataset, v1::Stoker::Stub* stub) {
   grpc::ClientContext context;
   AddToken(options, &context);
   context.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoNanoseconds(options.info_timeout));
   v1::GetDatasetInfoRequest request;
-  request.set_dataset(options.dataset);
+  request.set_dataset(dataset);
   v1::GetDatasetInfoResponse response;
   grpc::Status status = stub->GetDatasetInfo(&context, request, &response);
   if (!status.ok()) {
@@ -73,17 +75,95 @@ absl::StatusOr<v1::GetDatasetInfoResponse> FetchInfo(
   return response;
 }
 
+// `options.dataset`, or "mixture(a, b, c)" for a mixture (for messages).
+std::string MixtureName(const LoaderOptions& options) {
+  if (options.mixture.empty()) return options.dataset;
+  std::vector<std::string> names;
+  for (const v1::MixtureSource& source : options.mixture) {
+    names.push_back(source.dataset());
+  }
+  return absl::StrCat("mixture(", absl::StrJoin(names, ", "), ")");
+}
+
+// Asks the server at `address` (through `stub`) for the dataset(s)
+// `options` names. The server's error, prefixed with its address.
+absl::StatusOr<ServedData> FetchServedData(const LoaderOptions& options,
+                                           const std::string& address,
+                                           v1::Stoker::Stub* stub) {
+  ServedData served;
+  if (options.mixture.empty()) {
+    absl::StatusOr<v1::GetDatasetInfoResponse> info =
+        FetchOne(options, address, options.dataset, stub);
+    if (!info.ok()) return info.status();
+    served.merged = *std::move(info);
+    served.source_samples.push_back(served.merged.sample_count());
+    return served;
+  }
+  std::vector<std::string> fingerprints;
+  int64_t total = 0;
+  for (const v1::MixtureSource& source : options.mixture) {
+    absl::StatusOr<v1::GetDatasetInfoResponse> info =
+        FetchOne(options, address, source.dataset(), stub);
+    if (!info.ok()) return info.status();
+    fingerprints.push_back(info->fingerprint());
+    served.source_fingerprints.push_back(info->fingerprint());
+    served.source_samples.push_back(info->sample_count());
+    total += info->sample_count();
+  }
+  served.merged.set_dataset(MixtureName(options));
+  served.merged.set_fingerprint(absl::StrJoin(fingerprints, ","));
+  served.merged.set_sample_count(total);
+  return served;
+}
+
 absl::Status ValidateOptions(const LoaderOptions& options) {
   if (options.servers.empty()) {
     return absl::InvalidArgumentError("no servers given");
   }
-  if (options.dataset.empty()) {
+  if (options.dataset.empty() && options.mixture.empty()) {
     return absl::InvalidArgumentError("no dataset given");
+  }
+  if (!options.dataset.empty() && !options.mixture.empty()) {
+    return absl::InvalidArgumentError(
+        "give either a dataset or a mixture of datasets, not both");
   }
   if (absl::Status s = image::ValidatePipeline(options.transform,
                                                image::kClientTransformChecks);
       !s.ok()) {
     return s;
+  }
+  for (size_t i = 0; i < options.mixture.size(); ++i) {
+    const v1::MixtureSource& source = options.mixture[i];
+    const std::string which = absl::StrCat(
+        "mixture source ", i, " ('", source.dataset(), "')");
+    if (source.dataset().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(which, " names no dataset"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (options.mixture[j].dataset() == source.dataset()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            which, " is listed twice; give each dataset once, with the sum "
+            "of its weights"));
+      }
+    }
+    if (!std::isfinite(source.weight()) || source.weight() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the weight of ", which, " must be a finite number > 0, got ",
+          source.weight()));
+    }
+    if (source.has_transform()) {
+      if (!options.fields.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            which, " has its own transform; with fields every source uses "
+            "the fields' transforms"));
+      }
+      if (absl::Status s = image::ValidatePipeline(
+              source.transform(), image::kClientTransformChecks);
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(which, ": ", s.message()));
+      }
+    }
   }
   if (absl::Status s = common::ValidateBatching(
           options.batch_size, options.rank, options.world_size);
@@ -105,6 +185,26 @@ absl::Status ValidateOptions(const LoaderOptions& options) {
   return absl::OkStatus();
 }
 
+// The mixture `options` asks for over sources of `sizes` samples.
+common::MixtureParams MixtureParamsOf(const LoaderOptions& options,
+                                      const std::vector<int64_t>& sizes) {
+  common::MixtureParams params;
+  params.source_samples = sizes;
+  for (const v1::MixtureSource& source : options.mixture) {
+    params.weights.push_back(source.weight());
+  }
+  params.seed = options.seed;
+  params.mode = options.mixture_mode == v1::MIXTURE_MODE_FIRST_EXHAUSTED
+                    ? common::MixtureMode::kFirstExhausted
+                    : common::MixtureMode::kCycle;
+  if (options.mixture_unit == v1::MIXTURE_UNIT_BATCH) {
+    params.unit = common::MixtureUnit::kBatch;
+    params.unit_samples = int64_t{options.world_size} * options.batch_size;
+  }
+  params.epoch_samples = options.mixture_epoch_samples;
+  return params;
+}
+
 PlanIdentity IdentityOf(const LoaderOptions& options,
                         const std::string& fingerprint) {
   PlanIdentity plan;
@@ -119,6 +219,20 @@ PlanIdentity IdentityOf(const LoaderOptions& options,
   plan.shuffle = options.shuffle;
   plan.shuffle_window = options.shuffle_window;
   plan.drop_last = options.drop_last;
+  if (!options.mixture.empty()) {
+    std::vector<std::string> names;
+    common::MixtureParams params = MixtureParamsOf(options, {});
+    for (const v1::MixtureSource& source : options.mixture) {
+      names.push_back(source.dataset());
+    }
+    plan.mixture = common::FormatMixture(names, params);
+    for (const v1::MixtureSource& source : options.mixture) {
+      if (source.has_transform()) {
+        absl::StrAppend(&plan.mixture, "|", source.dataset(), ":",
+                        image::FormatTransform(source.transform()));
+      }
+    }
+  }
   return plan;
 }
 
@@ -152,7 +266,7 @@ absl::StatusOr<std::unique_ptr<LocalServers>> StartLocalServers(
   options->servers.erase(local);
   LocalServerOptions local_options = options->local;
   local_options.dataset = options->dataset;
-  if (local_options.shards.empty()) {
+  if (local_options.shards.empty() && local_options.datasets.empty()) {
     return absl::InvalidArgumentError(
         "the servers include 'local' but no shards are given for it: name "
         "the dataset's shard files (a pattern such as /data/train-*.tar)");
@@ -229,7 +343,7 @@ absl::StatusOr<std::vector<std::string>> Loader::ResolveSpec(
 
 absl::Status Loader::Init() {
   const absl::Status resolve_error = AddInitialEndpoints();
-  absl::StatusOr<v1::GetDatasetInfoResponse> reference = AwaitFirstAnswer(
+  absl::StatusOr<ServedData> reference = AwaitFirstAnswer(
       resolve_error.ok() ? absl::UnavailableError("no server answered")
                          : resolve_error);
   if (!reference.ok()) return reference.status();
@@ -263,12 +377,12 @@ absl::Status Loader::AddInitialEndpoints() {
   return resolve_error;
 }
 
-absl::StatusOr<v1::GetDatasetInfoResponse> Loader::AwaitFirstAnswer(
+absl::StatusOr<ServedData> Loader::AwaitFirstAnswer(
     absl::Status last_error) {
   // Ask every server at once; retry the silent ones until the deadline.
   const absl::Time deadline = absl::Now() + options_.unavailable_deadline;
   std::string reference_address;
-  v1::GetDatasetInfoResponse reference;
+  ServedData reference;
   absl::Duration retry_delay = kFirstInitRetryDelay;
   while (true) {
     if (absl::Status s =
@@ -291,7 +405,7 @@ absl::StatusOr<v1::GetDatasetInfoResponse> Loader::AwaitFirstAnswer(
 }
 
 absl::Status Loader::AskUnverified(std::string* reference_address,
-                                   v1::GetDatasetInfoResponse* reference,
+                                   ServedData* reference,
                                    absl::Status* last_error) {
   std::vector<std::pair<int, std::string>> todo;  // id, address
   {
@@ -300,17 +414,17 @@ absl::Status Loader::AskUnverified(std::string* reference_address,
       if (!endpoints_[id].verified) todo.emplace_back(id, endpoints_[id].address);
     }
   }
-  std::vector<std::future<absl::StatusOr<v1::GetDatasetInfoResponse>>> infos;
+  std::vector<std::future<absl::StatusOr<ServedData>>> infos;
   for (const auto& [id, address] : todo) {
     infos.push_back(std::async(
         std::launch::async,
         [this, address = address, stub = connections_->stub(id)] {
-          return FetchInfo(options_, address, stub);
+          return FetchServedData(options_, address, stub);
         }));
   }
   for (size_t i = 0; i < todo.size(); ++i) {
     const auto& [id, address] = todo[i];
-    absl::StatusOr<v1::GetDatasetInfoResponse> info = infos[i].get();
+    absl::StatusOr<ServedData> info = infos[i].get();
     if (!info.ok()) {
       if (absl::IsNotFound(info.status()) ||
           absl::IsUnauthenticated(info.status()) ||
@@ -328,12 +442,14 @@ absl::Status Loader::AskUnverified(std::string* reference_address,
     if (reference_address->empty()) {
       *reference_address = address;
       *reference = *info;
-    } else if (info->fingerprint() != reference->fingerprint()) {
+    } else if (info->merged.fingerprint() !=
+               reference->merged.fingerprint()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "server ", address, " has dataset '", options_.dataset,
-          "' with fingerprint ", info->fingerprint(), " (",
-          info->sample_count(), " samples) but server ", *reference_address,
-          " has ", reference->fingerprint(), " (", reference->sample_count(),
+          "server ", address, " has dataset '", MixtureName(options_),
+          "' with fingerprint ", info->merged.fingerprint(), " (",
+          info->merged.sample_count(), " samples) but server ",
+          *reference_address, " has ", reference->merged.fingerprint(), " (",
+          reference->merged.sample_count(),
           " samples); all servers must hold the same data"));
     }
     absl::MutexLock lock(&endpoints_mu_);
@@ -342,10 +458,21 @@ absl::Status Loader::AskUnverified(std::string* reference_address,
   return absl::OkStatus();
 }
 
-absl::Status Loader::SetPlan(const v1::GetDatasetInfoResponse& reference) {
-  fingerprint_ = reference.fingerprint();
-  dataset_samples_ = reference.sample_count();
-  classes_.assign(reference.classes().begin(), reference.classes().end());
+absl::Status Loader::SetPlan(const ServedData& reference) {
+  fingerprint_ = reference.merged.fingerprint();
+  dataset_samples_ = reference.merged.sample_count();
+  classes_.assign(reference.merged.classes().begin(),
+                  reference.merged.classes().end());
+  source_fingerprints_ = reference.source_fingerprints;
+  if (!options_.mixture.empty()) {
+    absl::StatusOr<common::Mixture> mixture = common::Mixture::Create(
+        MixtureParamsOf(options_, reference.source_samples));
+    if (!mixture.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(MixtureName(options_), ": ", mixture.status().message()));
+    }
+    mixture_ = std::make_shared<const common::Mixture>(*std::move(mixture));
+  }
   absl::StatusOr<int64_t> batches = BatchesAfter(EpochStart());
   if (!batches.ok()) return batches.status();
   num_batches_ = *batches;
@@ -435,9 +562,13 @@ void Loader::ResolveNow() {
   }
 }
 
+int64_t Loader::EpochSamples(int64_t epoch) const {
+  return mixture_ != nullptr ? mixture_->EpochSamples(epoch) : dataset_samples_;
+}
+
 absl::StatusOr<int64_t> Loader::BatchesAfter(const EpochStart& start) const {
   common::EpochPlanParams params;
-  params.num_samples = dataset_samples_;
+  params.num_samples = EpochSamples(start.epoch);
   params.rank = options_.rank;
   params.world_size = options_.world_size;
   params.batch_size = options_.batch_size;
@@ -456,6 +587,14 @@ v1::StreamBatchesRequest Loader::MakeRequest(const EpochStart& start,
   v1::StreamBatchesRequest request;
   v1::EpochPlanSpec* plan = request.mutable_plan();
   plan->set_dataset(options_.dataset);
+  for (size_t s = 0; s < options_.mixture.size(); ++s) {
+    v1::MixtureSource* source = plan->add_sources();
+    *source = options_.mixture[s];
+    source->set_expected_fingerprint(source_fingerprints_[s]);
+  }
+  plan->set_mixture_mode(options_.mixture_mode);
+  plan->set_mixture_unit(options_.mixture_unit);
+  plan->set_mixture_epoch_samples(options_.mixture_epoch_samples);
   *plan->mutable_transform() = options_.transform;
   plan->mutable_fields()->Add(options_.fields.begin(), options_.fields.end());
   plan->set_batch_size(options_.batch_size);
@@ -474,7 +613,8 @@ v1::StreamBatchesRequest Loader::MakeRequest(const EpochStart& start,
   request.set_bad_sample_policy(options_.fail_on_bad_sample
                                     ? v1::BAD_SAMPLE_POLICY_FAIL
                                     : v1::BAD_SAMPLE_POLICY_SKIP);
-  request.set_expected_fingerprint(fingerprint_);
+  // A mixture's sources carry theirs.
+  if (mixture_ == nullptr) request.set_expected_fingerprint(fingerprint_);
   request.set_cache_mode(options_.cache_mode);
   return request;
 }
@@ -554,8 +694,8 @@ std::optional<Lease> Loader::AwaitLease() {
 
 void Loader::Verify(int endpoint) {
   const std::string address = EndpointAddress(endpoint);
-  absl::StatusOr<v1::GetDatasetInfoResponse> info =
-      FetchInfo(options_, address, connections_->stub(endpoint));
+  absl::StatusOr<ServedData> info =
+      FetchServedData(options_, address, connections_->stub(endpoint));
   const absl::Time now = absl::Now();
   bool failed = false;
   {
@@ -568,11 +708,12 @@ void Loader::Verify(int endpoint) {
         endpoints_.MarkFailure(endpoint, info.status().message(), now);
         failed = true;
       }
-    } else if (info->fingerprint() != fingerprint_) {
+    } else if (info->merged.fingerprint() != fingerprint_) {
       spdlog::error(
           "refusing server {}: dataset '{}' has fingerprint {} there, {} on "
           "the others",
-          address, options_.dataset, info->fingerprint(), fingerprint_);
+          address, MixtureName(options_), info->merged.fingerprint(),
+          fingerprint_);
       endpoints_.Refuse(endpoint, "fingerprint mismatch", now);
     } else {
       endpoints_.MarkVerified(endpoint);
@@ -768,6 +909,13 @@ void Loader::FinishSlots(const SharedSlots& slots, bool refused,
 absl::Status Loader::Accept(int endpoint, const std::string& address,
                             const Lease& lease, int64_t epoch, int64_t* next,
                             HostBatch batch) {
+  if (mixture_ != nullptr &&
+      static_cast<int64_t>(batch.sources.size()) != batch.n) {
+    // Not received: the stream is cancelled and the range asked elsewhere.
+    return absl::DataLossError(absl::StrCat(
+        "server ", address, " sent batch ", batch.batch_index,
+        " of a mixture without its samples' sources"));
+  }
   {
     absl::MutexLock lock(&delivery_mu_);
     absl::StatusOr<RangeSchedule::Arrival> arrival =
@@ -836,11 +984,12 @@ absl::Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
   Cursor cursor;
   cursor.epoch = epoch;
   cursor.next_batch = start_batch;
-  absl::StatusOr<Position> position =
-      Position::FromCursor(cursor, num_batches_);
-  if (!position.ok()) return position.status();
   EpochStart whole;
   whole.epoch = epoch;
+  absl::StatusOr<int64_t> batches = BatchesAfter(whole);
+  if (!batches.ok()) return batches.status();
+  absl::StatusOr<Position> position = Position::FromCursor(cursor, *batches);
+  if (!position.ok()) return position.status();
   return StartAt(whole, *position);
 }
 
@@ -861,12 +1010,28 @@ absl::Status Loader::Resume(const std::vector<Cursor>& cursors) {
           "the same dataset, transform, batch size, seed, rank, world size, "
           "shuffle, drop_last and fields)"));
     }
-    absl::StatusOr<Position> position =
-        Position::FromCursor(first, num_batches_);
-    if (!position.ok()) return position.status();
     EpochStart whole;
     whole.epoch = first.epoch;
+    absl::StatusOr<int64_t> batches = BatchesAfter(whole);
+    if (!batches.ok()) return batches.status();
+    absl::StatusOr<Position> position = Position::FromCursor(first, *batches);
+    if (!position.ok()) return position.status();
     return StartAt(whole, *position);
+  }
+  if (options_.mixture_unit == v1::MIXTURE_UNIT_BATCH) {
+    // The unit (a global batch) is part of the plan.
+    const int64_t unit = int64_t{options_.world_size} * options_.batch_size;
+    for (const Cursor& c : cursors) {
+      const int64_t saved = int64_t{c.cut.world_size} * c.cut.batch_size;
+      if (saved != unit) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a mixture drawn per batch resumes only on a shape with the same "
+            "world_size x batch_size (the state's is ", c.cut.world_size,
+            " x ", c.cut.batch_size, " = ", saved, ", this loader's ",
+            options_.world_size, " x ", options_.batch_size, " = ", unit,
+            ")"));
+      }
+    }
   }
   for (const Cursor& c : cursors) {
     if (c.version != 1 && c.plan_id == plan_id_ && c.facts == facts_) continue;
@@ -895,12 +1060,14 @@ absl::Status Loader::Resume(const std::vector<Cursor>& cursors) {
     if (exact->done()) {  // at its epoch's end: the next one, whole
       start = EpochStart();
       start.epoch = first.epoch + 1;
-      exact = Position(start.epoch, num_batches_);
+      absl::StatusOr<int64_t> next = BatchesAfter(start);
+      if (!next.ok()) return next.status();
+      exact = Position(start.epoch, *next);
     }
     position = *std::move(exact);
   } else {
     absl::StatusOr<EpochStart> continued =
-        ContinueFrom(cursors, dataset_samples_);
+        ContinueFrom(cursors, EpochSamples(first.epoch));
     if (!continued.ok()) return continued.status();
     start = *std::move(continued);
     absl::StatusOr<int64_t> batches = BatchesAfter(start);
@@ -973,6 +1140,15 @@ absl::StatusOr<HostBatch> Loader::Next() {
     stats_.samples += batch->n;
     stats_.pixel_bytes += batch->pixels.size();
     stats_.skipped_samples += batch->skipped.size();
+    if (mixture_ != nullptr) {
+      stats_.samples_by_source.resize(options_.mixture.size(), 0);
+      for (const int32_t source : batch->sources) {
+        if (source >= 0 &&
+            source < static_cast<int32_t>(stats_.samples_by_source.size())) {
+          ++stats_.samples_by_source[source];
+        }
+      }
+    }
   }
   return batch;
 }

@@ -61,6 +61,7 @@
 #include "client/stream_watch.h"
 #include "client/tls_options.h"
 #include "client/warning_throttle.h"
+#include "common/mixture.h"
 #include "proto/stoker.pb.h"
 
 namespace stoker::client {
@@ -74,8 +75,21 @@ struct LoaderOptions {
   // `local.dataset` is `dataset`. Their plan, and so every batch, is the
   // same as remote servers give.
   LocalServerOptions local;
-  // Dataset name on the servers. Required.
+  // Dataset name on the servers. Required, unless `mixture` is given.
   std::string dataset;
+  // A weighted mixture of the servers' datasets instead of `dataset`
+  // (common/mixture.h): each source's dataset name, relative weight (finite,
+  // > 0) and optionally its own transform (same output size as
+  // `transform`; not with fields). Every server must hold every source.
+  // Batches carry each sample's source (HostBatch::sources).
+  std::vector<v1::MixtureSource> mixture;
+  // How sources run out (cycle: each starts its next epoch, reshuffled;
+  // first exhausted: the epoch ends before any source repeats) and what is
+  // drawn (each sample's source, or each global batch's).
+  v1::MixtureMode mixture_mode = v1::MIXTURE_MODE_CYCLE;
+  v1::MixtureUnit mixture_unit = v1::MIXTURE_UNIT_SAMPLE;
+  // Cycle: samples per epoch (0: the sources' total).
+  int64_t mixture_epoch_samples = 0;
   // Transform pipeline (see image/ops/transform.h). Required.
   v1::TransformPipeline transform;
   // TLS to the servers (client/tls_options.h); default plaintext.
@@ -176,6 +190,17 @@ struct LoaderStats {
   int64_t shared_memory_batches = 0;
   // Batches received per server address.
   std::map<std::string, int64_t> batches_by_server;
+  // A mixture: samples delivered per source (LoaderOptions::mixture order).
+  std::vector<int64_t> samples_by_source;
+};
+
+// What the servers hold for a loader: its dataset's info, or for a mixture
+// one merged from its sources' (fingerprint: theirs joined by ',';
+// sample_count: their sum), with each source's samples and fingerprint.
+struct ServedData {
+  v1::GetDatasetInfoResponse merged;
+  std::vector<int64_t> source_samples;
+  std::vector<std::string> source_fingerprints;
 };
 
 // "none", "replay" or "cached_raw" (case-insensitive). InvalidArgument
@@ -264,15 +289,15 @@ class Loader : public BatchSource {
   // dataset until one answers (its answer is the reference); derives the
   // batch count and plan id from it.
   absl::Status AddInitialEndpoints();
-  absl::StatusOr<v1::GetDatasetInfoResponse> AwaitFirstAnswer(
+  absl::StatusOr<ServedData> AwaitFirstAnswer(
       absl::Status last_error);
   // One round of AwaitFirstAnswer: asks the unverified endpoints at once.
   // An error only for an answer that ends Init (no such dataset, a bad
   // token, another fingerprint than the reference's).
   absl::Status AskUnverified(std::string* reference_address,
-                             v1::GetDatasetInfoResponse* reference,
+                             ServedData* reference,
                              absl::Status* last_error);
-  absl::Status SetPlan(const v1::GetDatasetInfoResponse& reference);
+  absl::Status SetPlan(const ServedData& reference);
 
   // Adds an endpoint and its connection; returns its id. `origin` is the
   // --servers entry the address came from.
@@ -329,6 +354,9 @@ class Loader : public BatchSource {
   absl::Status StartAt(const EpochStart& start, const Position& position);
   // The batch count of this rank's cut of an epoch starting at `start`.
   absl::StatusOr<int64_t> BatchesAfter(const EpochStart& start) const;
+  // Positions of epoch `epoch`'s order: the dataset's samples, or the
+  // mixture's epoch length.
+  int64_t EpochSamples(int64_t epoch) const;
   v1::StreamBatchesRequest MakeRequest(const EpochStart& start,
                                        const Lease& lease) const;
   // The consumer's starvation and rate (see ReportWindow), sent with every
@@ -373,6 +401,10 @@ class Loader : public BatchSource {
   std::vector<std::string> classes_;
   PlanFacts facts_;
   std::string plan_id_;
+  // A mixture: the plan's mixture and its sources' fingerprints; null and
+  // empty for one dataset.
+  std::shared_ptr<const common::Mixture> mixture_;
+  std::vector<std::string> source_fingerprints_;
   // The whole plan's id, shape included: what version-1 cursors carry.
   std::string legacy_plan_id_;
   // Bytes of a full batch's payload, for shared-memory slots; 0: no shared

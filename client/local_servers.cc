@@ -389,13 +389,19 @@ std::unique_ptr<LocalServers::Child> LocalServers::MakeChild(
   child->start_timeout = options.start_timeout;
   child->flags = {
       "--host=127.0.0.1",
-      absl::StrCat("--dataset=", options.dataset, "=", options.shards),
       absl::StrCat("--cpus=", common::FormatCpuList(cpus)),
       absl::StrCat("--threads=", cpus.size()),
       absl::StrCat("--control_fd=", kControlFd),
       "--drain_grace=1s",
       "--shared_memory",
       "--log_level=warn"};
+  if (!options.dataset.empty()) {
+    child->flags.push_back(
+        absl::StrCat("--dataset=", options.dataset, "=", options.shards));
+  }
+  for (const auto& [name, shards] : options.datasets) {
+    child->flags.push_back(absl::StrCat("--dataset=", name, "=", shards));
+  }
   child->flags.insert(child->flags.end(), options.flags.begin(),
                       options.flags.end());
   return child;
@@ -403,7 +409,14 @@ std::unique_ptr<LocalServers::Child> LocalServers::MakeChild(
 
 absl::StatusOr<std::unique_ptr<LocalServers>> LocalServers::Start(
     const LocalServerOptions& options) {
-  if (options.dataset.empty() || options.shards.empty()) {
+  const bool one = !options.dataset.empty() && !options.shards.empty();
+  const bool listed =
+      !options.datasets.empty() &&
+      std::all_of(options.datasets.begin(), options.datasets.end(),
+                  [](const auto& d) {
+                    return !d.first.empty() && !d.second.empty();
+                  });
+  if (!(one || (options.dataset.empty() && listed))) {
     return absl::InvalidArgumentError(
         "local servers need a dataset name and its shards (a path pattern "
         "such as /data/train-*.tar, or an http(s):// or s3:// URL)");

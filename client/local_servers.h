@@ -25,6 +25,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,6 +38,9 @@ struct LocalServerOptions {
   // them: a local glob, a brace range, or an http(s):// or s3:// URL.
   std::string dataset;
   std::string shards;
+  // More datasets (name, shards), e.g. a mixture's sources; with them
+  // `dataset` may be empty.
+  std::vector<std::pair<std::string, std::string>> datasets;
   // The CPUs the servers run on (any order); empty: ChooseLocalCpus(cores).
   std::vector<int> cpus;
   int cores = 0;

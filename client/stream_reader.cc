@@ -203,6 +203,12 @@ absl::StatusOr<std::optional<HostBatch>> StreamReader::Decode(
   batch.sample_indices.assign(b.sample_indices().begin(),
                               b.sample_indices().end());
   batch.keys.assign(b.keys().begin(), b.keys().end());
+  if (b.sources_size() != 0 && b.sources_size() != batch.n) {
+    return absl::DataLossError(absl::StrCat(
+        "batch ", b.batch_index(), " has ", batch.n, " samples but ",
+        b.sources_size(), " sources"));
+  }
+  batch.sources.assign(b.sources().begin(), b.sources().end());
   for (const v1::SkippedSample& s : b.skipped()) {
     batch.skipped.push_back({s.sample_index(), s.key(), s.shard(), s.reason()});
   }

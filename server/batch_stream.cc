@@ -103,6 +103,9 @@ void SampleWorker::ChargeBuffers() {
 struct BatchStream::Pending {
   int64_t index = 0;
   std::vector<int64_t> samples;
+  // A mixture's: each slot's source and source epoch (empty otherwise).
+  std::vector<int32_t> sources;
+  std::vector<int64_t> source_epochs;
   std::unique_ptr<PixelBytes> pixels;
   std::vector<int32_t> labels;
   // Empty status = sample delivered.
@@ -147,7 +150,9 @@ BatchStream::BatchStream(BatchStreamSetup setup,
       next_to_prefetch_(setup_.start_batch) {
   if (setup_.raw_cache != nullptr) {
     lookaside_ = setup_.raw_cache.get();
-  } else if (setup_.io_pool != nullptr && setup_.dataset->remote()) {
+  } else if (setup_.io_pool != nullptr && setup_.mixture == nullptr &&
+             setup_.dataset->remote()) {
+    // (A mixture reads its sources' samples without read-ahead.)
     prefetcher_ = Prefetcher::Create(setup_.dataset, setup_.io_pool,
                                      setup_.job, setup_.budget,
                                      setup_.range_buffers, setup_.disk_cache,
@@ -231,7 +236,14 @@ void BatchStream::ScheduleLocked() {
     ++next_to_schedule_;
     auto batch = std::make_unique<Pending>();
     batch->index = index;
-    setup_.plan->BatchSamples(index, &batch->samples);
+    if (setup_.mixture != nullptr) {
+      std::vector<int64_t> positions;
+      setup_.plan->BatchPositions(index, &positions);
+      setup_.mixture->Resolve(positions, &batch->samples, &batch->sources,
+                              &batch->source_epochs);
+    } else {
+      setup_.plan->BatchSamples(index, &batch->samples);
+    }
     batch->pixels = std::move(pixels);
     batch->labels.assign(n, 0);
     batch->errors.assign(n, absl::OkStatus());
@@ -305,6 +317,23 @@ void BatchStream::ReplayLocked(Pending* batch) {
   complete_.insert(batch);
 }
 
+const Dataset& BatchStream::DatasetOf(const Pending& batch, int slot) const {
+  return batch.sources.empty() ? *setup_.dataset
+                               : *setup_.sources[batch.sources[slot]].dataset;
+}
+
+int64_t BatchStream::EpochOf(const Pending& batch, int slot) const {
+  return batch.source_epochs.empty() ? setup_.epoch
+                                     : batch.source_epochs[slot];
+}
+
+const image::Transform& BatchStream::TransformOf(const Pending& batch,
+                                                 int slot) const {
+  return batch.sources.empty()
+             ? *setup_.transform
+             : *setup_.sources[batch.sources[slot]].transform;
+}
+
 void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
   auto* worker = static_cast<SampleWorker*>(context);
   const int64_t sample = batch->samples[slot];
@@ -314,22 +343,23 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
   } else if (setup_.fields != nullptr) {
     status = RunFieldSample(worker, batch, slot);
   } else {
+    const Dataset& dataset = DatasetOf(*batch, slot);
     int64_t t0 = common::SteadyNowNs();
-    status = setup_.dataset->Read(sample, &worker->image_bytes,
-                                  &batch->labels[slot], lookaside_);
+    status = dataset.Read(sample, &worker->image_bytes, &batch->labels[slot],
+                          lookaside_);
     int64_t t1 = common::SteadyNowNs();
     batch->read_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
     if (status.ok()) {
       const bool is_jpeg =
-          setup_.dataset->record(sample).format == ImageFormat::kJpeg;
+          dataset.record(sample).format == ImageFormat::kJpeg;
       absl::StatusOr<image::ImageInfo> info =
           worker->processor.ReadInfo(worker->image_bytes, is_jpeg);
       if (!info.ok()) {
         status = info.status();
       } else {
-        const image::SamplePlan plan = setup_.transform->Plan(
+        const image::SamplePlan plan = TransformOf(*batch, slot).Plan(
             info->width, info->height,
-            common::SampleKey(setup_.seed, setup_.epoch, sample));
+            common::SampleKey(setup_.seed, EpochOf(*batch, slot), sample));
         image::SampleTimings timings;
         uint8_t* dst =
             batch->pixels->data() + sample_bytes_ * slot;
@@ -373,8 +403,9 @@ absl::Status BatchStream::RunFieldSample(SampleWorker* worker, Pending* batch,
     targets.bytes.push_back(&values[slot]);
   }
   const FieldSampleResult result = server::RunFieldSample(
-      layout, *setup_.dataset, batch->samples[slot], setup_.seed,
-      setup_.epoch, worker->processor, worker->fields, targets, lookaside_);
+      layout, DatasetOf(*batch, slot), batch->samples[slot], setup_.seed,
+      EpochOf(*batch, slot), worker->processor, worker->fields, targets,
+      lookaside_);
   if (setup_.metrics != nullptr) {
     setup_.metrics->ObserveSample(result.read_ns, result.timings.decode_ns,
                                   result.timings.transform_ns);
@@ -431,11 +462,12 @@ void BatchStream::FinishBatch(Pending* batch) {
       continue;
     }
     const int64_t sample = batch->samples[slot];
-    const SampleRecord& record = setup_.dataset->record(sample);
+    const Dataset& dataset = DatasetOf(*batch, slot);
+    const SampleRecord& record = dataset.record(sample);
     v1::SkippedSample s;
     s.set_sample_index(sample);
     s.set_key(record.key);
-    s.set_shard(setup_.dataset->shard_path(record.shard));
+    s.set_shard(dataset.shard_path(record.shard));
     s.set_reason(std::string(error.message()));
     const bool quiet = !batch->quiet.empty() && batch->quiet[slot] != 0;
     if (setup_.fail_on_bad_sample && fatal.ok() && !quiet) {
@@ -455,9 +487,14 @@ void BatchStream::FinishBatch(Pending* batch) {
   }
   const int out = static_cast<int>(keep.size());
   CompactPayload(batch, keep);
+  const bool mixed = !batch->sources.empty();
   for (int i = 0; i < out; ++i) {
     batch->samples[i] = batch->samples[keep[i]];
     batch->labels[i] = batch->labels[keep[i]];
+    if (mixed) {
+      batch->sources[i] = batch->sources[keep[i]];
+      batch->source_epochs[i] = batch->source_epochs[keep[i]];
+    }
     for (std::vector<int32_t>& values : batch->classes) {
       values[i] = values[keep[i]];
     }
@@ -467,6 +504,19 @@ void BatchStream::FinishBatch(Pending* batch) {
   }
   batch->samples.resize(out);
   batch->labels.resize(out);
+  if (mixed) {
+    batch->sources.resize(out);
+    batch->source_epochs.resize(out);
+    if (setup_.metrics != nullptr) {
+      std::vector<int64_t> per_source(setup_.sources.size(), 0);
+      for (const int32_t source : batch->sources) ++per_source[source];
+      for (size_t s = 0; s < per_source.size(); ++s) {
+        if (per_source[s] == 0) continue;
+        setup_.metrics->CountMixtureSamples(setup_.sources[s].dataset->name(),
+                                            per_source[s]);
+      }
+    }
+  }
   for (std::vector<int32_t>& values : batch->classes) values.resize(out);
   for (std::vector<std::string>& values : batch->bytes) values.resize(out);
   batch->pixels->Shrink(sample_bytes_ * out);
@@ -548,9 +598,11 @@ BatchStream::Polled BatchStream::Poll() {
     }
     header.mutable_sample_indices()->Add(batch->samples.begin(),
                                          batch->samples.end());
-    for (int64_t sample : batch->samples) {
-      header.add_keys(setup_.dataset->record(sample).key);
+    for (int i = 0; i < n; ++i) {
+      header.add_keys(DatasetOf(*batch, i).record(batch->samples[i]).key);
     }
+    header.mutable_sources()->Add(batch->sources.begin(),
+                                  batch->sources.end());
     for (v1::SkippedSample& s : batch->skipped) {
       *header.add_skipped() = std::move(s);
     }

@@ -39,6 +39,7 @@
 #include "server/dataset.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
+#include "server/mixture_batches.h"
 #include "server/prefetcher.h"
 #include "server/raw_cache.h"
 #include "server/sample_fields.h"
@@ -91,6 +92,16 @@ struct BatchStreamSetup {
   std::optional<common::EpochPlan> plan;  // set (no default constructor)
   uint64_t seed = 0;
   int64_t epoch = 0;
+  // A mixture (EpochPlanSpec.sources): `plan` is then one of positions,
+  // `mixture` turns them into samples, and each sample is read from its
+  // source's dataset with its source's transform (`dataset` and
+  // `transform` above are source 0's). Empty / null for one dataset.
+  struct Source {
+    const Dataset* dataset = nullptr;  // not owned; outlives the stream
+    std::shared_ptr<const image::Transform> transform;
+  };
+  std::vector<Source> sources;
+  std::shared_ptr<const MixtureBatches> mixture;
   // The request's pipeline, validated (shared: streams of one plan may
   // share it).
   std::shared_ptr<const image::Transform> transform;
@@ -262,6 +273,11 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   // The budget granted the next batch's memory.
   void OnMemoryGranted(MemoryBudget::Charge charge);
   void RunSample(WorkerContext* context, Pending* batch, int slot);
+  // The dataset a slot's sample comes from, and the epoch and transform
+  // that augment it (its source's, in a mixture).
+  const Dataset& DatasetOf(const Pending& batch, int slot) const;
+  int64_t EpochOf(const Pending& batch, int slot) const;
+  const image::Transform& TransformOf(const Pending& batch, int slot) const;
   // RunSample for requests that name their fields.
   absl::Status RunFieldSample(SampleWorker* worker, Pending* batch, int slot);
   // Moves the kept samples' fixed-size outputs together (payload layout in

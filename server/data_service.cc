@@ -233,18 +233,34 @@ void DataService::RecordReport(const v1::ClientReport& r,
 absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
     const v1::StreamBatchesRequest& request, std::function<void()> on_ready,
     const std::string& job) {
-  absl::StatusOr<const Dataset*> found = FindDataset(request.plan().dataset());
-  if (!found.ok()) return found.status();
-  const Dataset& dataset = **found;
-  absl::StatusOr<StreamSpec> spec = ValidateStreamRequest(
-      request, dataset,
-      StreamLimits{options_.max_batch_bytes, budget_->limit(),
-                   options_.processor.max_image_pixels});
+  const StreamLimits limits{options_.max_batch_bytes, budget_->limit(),
+                            options_.processor.max_image_pixels};
+  const v1::EpochPlanSpec& request_plan = request.plan();
+  // One dataset, or a mixture's sources in order.
+  std::vector<const Dataset*> datasets;
+  absl::StatusOr<StreamSpec> spec;
+  if (request_plan.sources().empty()) {
+    absl::StatusOr<const Dataset*> found = FindDataset(request_plan.dataset());
+    if (!found.ok()) return found.status();
+    datasets.push_back(*found);
+    spec = ValidateStreamRequest(request, **found, limits);
+  } else {
+    for (const v1::MixtureSource& source : request_plan.sources()) {
+      absl::StatusOr<const Dataset*> found = FindDataset(source.dataset());
+      if (!found.ok()) return found.status();
+      datasets.push_back(*found);
+    }
+    spec = ValidateMixtureRequest(request, datasets, limits);
+  }
   if (!spec.ok()) return spec.status();
-  absl::StatusOr<common::EpochPlan> plan = common::EpochPlan::Create(
-      spec->params,
-      GlobalOrder(dataset, spec->params.seed, spec->params.epoch,
-                  spec->params.shuffle, spec->shuffle_window));
+  const common::EpochPlanParams& params = spec->params;
+  absl::StatusOr<common::EpochPlan> plan =
+      spec->mixture != nullptr
+          ? common::EpochPlan::Positions(params)
+          : common::EpochPlan::Create(
+                params, GlobalOrder(*datasets.front(), params.seed,
+                                    params.epoch, params.shuffle,
+                                    spec->shuffle_window));
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::pair<int64_t, int64_t>> range =
       RequestedRange(request, plan->num_batches());
@@ -254,8 +270,24 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
   }
   absl::StatusOr<StreamAdmission::Slot> slot = admission_.Admit();
   if (!slot.ok()) return slot.status();
-  BatchStreamSetup setup =
-      MakeSetup(dataset, *std::move(spec), *std::move(plan), *range, job);
+  std::vector<BatchStreamSetup::Source> sources;
+  std::shared_ptr<const MixtureBatches> mixture;
+  if (spec->mixture != nullptr) {
+    for (size_t s = 0; s < datasets.size(); ++s) {
+      sources.push_back({datasets[s], spec->source_transforms[s]});
+    }
+    mixture = std::make_shared<const MixtureBatches>(
+        spec->mixture, params.epoch,
+        [this, datasets, seed = params.seed, shuffle = params.shuffle,
+         window = spec->shuffle_window](int source, int64_t source_epoch) {
+          return GlobalOrder(*datasets[source], seed, source_epoch, shuffle,
+                             window);
+        });
+  }
+  BatchStreamSetup setup = MakeSetup(*datasets.front(), *std::move(spec),
+                                     *std::move(plan), *range, job);
+  setup.sources = std::move(sources);
+  setup.mixture = std::move(mixture);
   if (request.has_shared_memory()) {
     if (absl::Status s = UseSharedMemory(request.shared_memory(), &setup);
         !s.ok()) {

@@ -79,6 +79,12 @@ struct ServerMetrics::Instruments {
           .Help("Samples that could not be delivered (skipped, or failing "
                 "their stream), by status code.")
           .Register(*registry);
+  prometheus::Family<prometheus::Counter>& mixture =
+      prometheus::BuildCounter()
+          .Name("stoker_mixture_samples_total")
+          .Help("Samples of mixture batches, by the source dataset they "
+                "came from.")
+          .Register(*registry);
 };
 
 ServerMetrics::ServerMetrics() : instruments_(std::make_unique<Instruments>()) {}
@@ -110,6 +116,12 @@ void ServerMetrics::CountBadSample(absl::StatusCode code) {
   // Family::Add returns the existing child for known labels.
   instruments_->bad.Add({{"code", absl::StatusCodeToString(code)}})
       .Increment();
+}
+
+void ServerMetrics::CountMixtureSamples(const std::string& dataset,
+                                        int64_t samples) {
+  instruments_->mixture.Add({{"dataset", dataset}})
+      .Increment(static_cast<double>(samples));
 }
 
 const std::shared_ptr<prometheus::Registry>& ServerMetrics::registry() const {

@@ -13,11 +13,14 @@
 //   stoker_batches_total, stoker_samples_total, stoker_sent_bytes_total
 //   stoker_bad_samples_total{code}  skipped or failing samples, by status
 //       code (DATA_LOSS, INVALID_ARGUMENT, ...)
+//   stoker_mixture_samples_total{dataset}  samples of mixture batches, by
+//       the source dataset they came from
 //
 // Thread-safe.
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -41,6 +44,8 @@ class ServerMetrics {
   // samples.
   void ObserveSend(int64_t ns, int64_t bytes, int64_t samples);
   void CountBadSample(absl::StatusCode code);
+  // `samples` samples of a mixture's batch came from `dataset`.
+  void CountMixtureSamples(const std::string& dataset, int64_t samples);
 
   const std::shared_ptr<prometheus::Registry>& registry() const;
 

@@ -105,44 +105,168 @@ std::string QuoteForStatus(absl::string_view s) {
                       " bytes)");
 }
 
-absl::StatusOr<StreamSpec> ValidateStreamRequest(
-    const v1::StreamBatchesRequest& request, const Dataset& dataset,
-    const StreamLimits& limits) {
+namespace {
+
+// What every request shares once its outputs and params.num_samples are
+// set: the rest of the plan's parameters, the batch size's bytes and the
+// modes.
+absl::Status FinishSpec(const v1::StreamBatchesRequest& request,
+                        const StreamLimits& limits, StreamSpec* spec) {
   const v1::EpochPlanSpec& plan = request.plan();
-  if (!request.expected_fingerprint().empty() &&
-      request.expected_fingerprint() != dataset.fingerprint()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "dataset '", dataset.name(), "' has fingerprint ",
-        dataset.fingerprint(), " on this server, the client expected ",
-        QuoteForStatus(request.expected_fingerprint())));
-  }
-  StreamSpec spec;
-  if (absl::Status s = SetOutputs(plan, limits, &spec); !s.ok()) return s;
-  spec.params.num_samples = dataset.sample_count();
-  spec.params.seed = plan.seed();
-  spec.params.epoch = plan.epoch();
-  spec.params.rank = plan.rank();
-  spec.params.world_size = plan.world_size();
-  spec.params.batch_size = plan.batch_size();
-  spec.params.shuffle = plan.shuffle();
-  spec.params.drop_last = plan.drop_last();
-  spec.params.consumed_prefix = plan.consumed_prefix();
-  spec.params.consumed_after.assign(plan.consumed_positions().begin(),
-                                    plan.consumed_positions().end());
+  spec->params.seed = plan.seed();
+  spec->params.epoch = plan.epoch();
+  spec->params.rank = plan.rank();
+  spec->params.world_size = plan.world_size();
+  spec->params.batch_size = plan.batch_size();
+  spec->params.shuffle = plan.shuffle();
+  spec->params.drop_last = plan.drop_last();
+  spec->params.consumed_prefix = plan.consumed_prefix();
+  spec->params.consumed_after.assign(plan.consumed_positions().begin(),
+                                     plan.consumed_positions().end());
   if (plan.shuffle_window() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shuffle_window must be >= 0, got ", plan.shuffle_window()));
   }
-  spec.shuffle_window = plan.shuffle_window();
+  spec->shuffle_window = plan.shuffle_window();
   // The cheap checks come before computing (or fetching) an epoch order.
-  if (absl::Status s = common::ValidatePlanParams(spec.params); !s.ok()) {
+  if (absl::Status s = common::ValidatePlanParams(spec->params); !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckBatchBytes(spec, plan.batch_size(), limits);
+  if (absl::Status s = CheckBatchBytes(*spec, plan.batch_size(), limits);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = SetModes(request, &spec); !s.ok()) return s;
+  return SetModes(request, spec);
+}
+
+absl::Status CheckFingerprint(const Dataset& dataset,
+                              const std::string& expected) {
+  if (expected.empty() || expected == dataset.fingerprint()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "dataset '", dataset.name(), "' has fingerprint ", dataset.fingerprint(),
+      " on this server, the client expected ", QuoteForStatus(expected)));
+}
+
+// The mixture's own transforms: each source's (or the plan's), all of one
+// output size.
+absl::Status SetSourceTransforms(const v1::EpochPlanSpec& plan,
+                                 StreamSpec* spec) {
+  for (int s = 0; s < plan.sources_size(); ++s) {
+    const v1::MixtureSource& source = plan.sources(s);
+    if (!source.has_transform()) {
+      spec->source_transforms.push_back(spec->transform);
+      continue;
+    }
+    if (spec->fields != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mixture source ", s, " ('", source.dataset(), "') has its own "
+          "transform; with fields every source uses the fields' transforms"));
+    }
+    absl::StatusOr<image::Transform> transform =
+        image::Transform::Create(source.transform());
+    if (!transform.ok()) {
+      return absl::Status(transform.status().code(),
+                          absl::StrCat("mixture source ", s, " ('",
+                                       source.dataset(), "'): ",
+                                       transform.status().message()));
+    }
+    if (transform->output_size().height != spec->out_height ||
+        transform->output_size().width != spec->out_width) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mixture source ", s, " ('", source.dataset(), "') makes ",
+          transform->output_size().width, "x",
+          transform->output_size().height, " images, the plan's transform ",
+          spec->out_width, "x", spec->out_height,
+          "; a batch mixes sources, so every source's output size must be "
+          "the same"));
+    }
+    spec->source_transforms.push_back(
+        std::make_shared<const image::Transform>(*std::move(transform)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<StreamSpec> ValidateStreamRequest(
+    const v1::StreamBatchesRequest& request, const Dataset& dataset,
+    const StreamLimits& limits) {
+  if (absl::Status s = CheckFingerprint(dataset, request.expected_fingerprint());
+      !s.ok()) {
+    return s;
+  }
+  StreamSpec spec;
+  if (absl::Status s = SetOutputs(request.plan(), limits, &spec); !s.ok()) {
+    return s;
+  }
+  spec.params.num_samples = dataset.sample_count();
+  if (absl::Status s = FinishSpec(request, limits, &spec); !s.ok()) return s;
+  return spec;
+}
+
+absl::StatusOr<StreamSpec> ValidateMixtureRequest(
+    const v1::StreamBatchesRequest& request,
+    const std::vector<const Dataset*>& sources, const StreamLimits& limits) {
+  const v1::EpochPlanSpec& plan = request.plan();
+  if (!plan.dataset().empty()) {
+    return absl::InvalidArgumentError(
+        "a request names either a dataset or mixture sources, not both");
+  }
+  if (static_cast<int>(sources.size()) != plan.sources_size()) {
+    return absl::InternalError("one dataset per mixture source expected");
+  }
+  for (int s = 0; s < plan.sources_size(); ++s) {
+    if (absl::Status st = CheckFingerprint(
+            *sources[s], plan.sources(s).expected_fingerprint());
+        !st.ok()) {
+      return st;
+    }
+  }
+  StreamSpec spec;
+  if (absl::Status s = SetOutputs(plan, limits, &spec); !s.ok()) return s;
+  if (absl::Status s = SetSourceTransforms(plan, &spec); !s.ok()) return s;
+  if (request.cache_mode() != v1::CACHE_MODE_NONE) {
+    return absl::InvalidArgumentError(
+        "cache modes (diagnosis) take one dataset, not a mixture");
+  }
+  if (absl::Status s = common::ValidateBatching(
+          plan.batch_size(), plan.rank(), plan.world_size());
+      !s.ok()) {
+    return s;
+  }
+  common::MixtureParams mixture;
+  for (int s = 0; s < plan.sources_size(); ++s) {
+    mixture.source_samples.push_back(sources[s]->sample_count());
+    mixture.weights.push_back(plan.sources(s).weight());
+  }
+  mixture.seed = plan.seed();
+  mixture.mode = plan.mixture_mode() == v1::MIXTURE_MODE_FIRST_EXHAUSTED
+                     ? common::MixtureMode::kFirstExhausted
+                     : common::MixtureMode::kCycle;
+  if (plan.mixture_mode() != v1::MIXTURE_MODE_CYCLE &&
+      plan.mixture_mode() != v1::MIXTURE_MODE_FIRST_EXHAUSTED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown mixture_mode ", plan.mixture_mode()));
+  }
+  switch (plan.mixture_unit()) {
+    case v1::MIXTURE_UNIT_SAMPLE:
+      break;
+    case v1::MIXTURE_UNIT_BATCH:
+      mixture.unit = common::MixtureUnit::kBatch;
+      mixture.unit_samples = int64_t{plan.world_size()} * plan.batch_size();
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown mixture_unit ", plan.mixture_unit()));
+  }
+  mixture.epoch_samples = plan.mixture_epoch_samples();
+  absl::StatusOr<common::Mixture> created = common::Mixture::Create(mixture);
+  if (!created.ok()) return created.status();
+  spec.params.num_samples = created->EpochSamples(plan.epoch());
+  spec.mixture = std::make_shared<const common::Mixture>(*std::move(created));
+  if (absl::Status s = FinishSpec(request, limits, &spec); !s.ok()) return s;
   return spec;
 }
 

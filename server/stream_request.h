@@ -13,9 +13,11 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/epoch_plan.h"
+#include "common/mixture.h"
 #include "image/ops/transform.h"
 #include "proto/stoker.pb.h"
 #include "server/dataset.h"
@@ -44,8 +46,13 @@ struct StreamSpec {
   int out_width = 0;
   // Bytes per sample of the fixed-size outputs (image and masks).
   int64_t sample_bytes = 0;
-  // The epoch plan's parameters (num_samples from the dataset).
+  // The epoch plan's parameters (num_samples from the dataset, or the
+  // mixture's epoch length).
   common::EpochPlanParams params;
+  // With EpochPlanSpec.sources: the mixture, and each source's transform
+  // (all with the output size above).
+  std::shared_ptr<const common::Mixture> mixture;
+  std::vector<std::shared_ptr<const image::Transform>> source_transforms;
   // EpochPlanSpec.shuffle_window (>= 0; used only with shuffle).
   int64_t shuffle_window = 0;
   bool fail_on_bad_sample = false;
@@ -61,6 +68,17 @@ struct StreamSpec {
 absl::StatusOr<StreamSpec> ValidateStreamRequest(
     const v1::StreamBatchesRequest& request, const Dataset& dataset,
     const StreamLimits& limits);
+
+// The same for a request over a mixture (EpochPlanSpec.sources), with
+// `sources` the datasets its sources name, in order. Errors as above, plus
+// INVALID_ARGUMENT for a request naming a dataset too, a bad mixture
+// (weights, sizes: common::Mixture::Create), sources whose transforms give
+// other output sizes, per-source transforms with fields, and cache modes
+// other than NONE; FAILED_PRECONDITION naming the source whose fingerprint
+// is not the expected one.
+absl::StatusOr<StreamSpec> ValidateMixtureRequest(
+    const v1::StreamBatchesRequest& request,
+    const std::vector<const Dataset*>& sources, const StreamLimits& limits);
 
 // The request's batch range [start, end) in an epoch of `num_batches`
 // (end_batch 0: to the end). INVALID_ARGUMENT outside the epoch.

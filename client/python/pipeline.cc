@@ -336,6 +336,13 @@ absl::StatusOr<std::optional<DeviceBatch>> Pipeline::Next(
   ++batches_;
   samples_ += batch->size();
   skipped_ += static_cast<int64_t>(batch->info().skipped.size());
+  for (const int32_t source : batch->info().sources) {
+    if (source < 0) continue;
+    if (static_cast<size_t>(source) >= samples_by_source_.size()) {
+      samples_by_source_.resize(source + 1, 0);
+    }
+    ++samples_by_source_[source];
+  }
   return std::optional<DeviceBatch>(*std::move(batch));
 }
 
@@ -362,6 +369,7 @@ PipelineStats Pipeline::stats() const {
   stats.skipped_samples = skipped_;
   stats.consumer_wait = consumer_wait_;
   stats.rebuilds = rebuilds_;
+  stats.samples_by_source = samples_by_source_;
   return stats;
 }
 

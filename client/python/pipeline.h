@@ -86,6 +86,8 @@ struct PipelineStats {
   absl::Duration consumer_wait;
   // Times the loaders were stopped and built again (see the top).
   int64_t rebuilds = 0;
+  // A mixture: samples returned per source (LoaderOptions::mixture order).
+  std::vector<int64_t> samples_by_source;
 };
 
 class Pipeline {
@@ -209,6 +211,7 @@ class Pipeline {
   int64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t samples_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t skipped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> samples_by_source_ ABSL_GUARDED_BY(mu_);
   absl::Duration consumer_wait_ ABSL_GUARDED_BY(mu_);
   int64_t rebuilds_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -239,6 +239,8 @@ py::dict BatchInfo(const DeviceBatch& batch) {
   d["batch_index"] = info.batch_index;
   d["keys"] = info.keys;
   d["sample_indices"] = info.sample_indices;
+  // A mixture: each sample's source (its index in Loader.sources).
+  d["sources"] = info.sources;
   d["labels"] = info.labels;
   d["server"] = info.server;
   d["skipped"] = skipped;
@@ -280,6 +282,17 @@ Cursor ParseCursorOrThrow(const std::string& text) {
 struct Settings {
   std::string servers;
   std::string dataset;
+  // A mixture instead of `dataset` (LoaderOptions::mixture): names,
+  // weights and transforms ("" = `transform`), one each per source; mode
+  // "cycle" or "first_exhausted", unit "sample" or "batch".
+  std::vector<std::string> mixture_names;
+  std::vector<double> mixture_weights;
+  std::vector<std::string> mixture_transforms;
+  std::string mixture_mode = "cycle";
+  std::string mixture_unit = "sample";
+  int64_t mixture_epoch_samples = 0;
+  // Local servers of a mixture: each source's shards (as local_shards).
+  std::vector<std::string> local_mixture_shards;
   // "local" among the servers (client/local_servers.h): the shards, the
   // CPUs (empty: ChooseLocalCpus(local_cores)), the number of server
   // processes and the program (empty: FindServerBinary()).
@@ -369,8 +382,55 @@ Configured ToOptions(const Settings& s) {
   l.local.binary = s.server_binary;
   l.local.flags = s.server_flags;
   l.shared_memory = s.shared_memory;
-  if (s.dataset.empty()) ThrowInvalid("dataset must be a non-empty name");
+  if (s.dataset.empty() == s.mixture_names.empty()) {
+    ThrowInvalid("give a dataset name or a mixture of datasets");
+  }
   l.dataset = s.dataset;
+  if (s.mixture_weights.size() != s.mixture_names.size() ||
+      s.mixture_transforms.size() != s.mixture_names.size()) {
+    ThrowInvalid("a mixture needs a weight and a transform per source");
+  }
+  for (size_t i = 0; i < s.mixture_names.size(); ++i) {
+    v1::MixtureSource& source = l.mixture.emplace_back();
+    source.set_dataset(s.mixture_names[i]);
+    source.set_weight(s.mixture_weights[i]);
+    if (!s.mixture_transforms[i].empty()) {
+      absl::StatusOr<v1::TransformPipeline> t = image::ParseTransform(
+          s.mixture_transforms[i], image::kClientTransformChecks);
+      if (!t.ok()) {
+        ThrowInvalid(absl::StrCat("the transform of '", s.mixture_names[i],
+                                  "': ", t.status().message()));
+      }
+      *source.mutable_transform() = *std::move(t);
+    }
+  }
+  if (s.mixture_mode == "cycle") {
+    l.mixture_mode = v1::MIXTURE_MODE_CYCLE;
+  } else if (s.mixture_mode == "first_exhausted") {
+    l.mixture_mode = v1::MIXTURE_MODE_FIRST_EXHAUSTED;
+  } else {
+    ThrowInvalid("mixture_mode must be 'cycle' or 'first_exhausted'");
+  }
+  if (s.mixture_unit == "sample") {
+    l.mixture_unit = v1::MIXTURE_UNIT_SAMPLE;
+  } else if (s.mixture_unit == "batch") {
+    l.mixture_unit = v1::MIXTURE_UNIT_BATCH;
+  } else {
+    ThrowInvalid("mixture_unit must be 'sample' or 'batch'");
+  }
+  if (s.mixture_epoch_samples < 0) {
+    ThrowInvalid("mixture_epoch_samples must be >= 0");
+  }
+  l.mixture_epoch_samples = s.mixture_epoch_samples;
+  if (!s.local_mixture_shards.empty()) {
+    if (s.local_mixture_shards.size() != s.mixture_names.size()) {
+      ThrowInvalid("local servers of a mixture need shards per source");
+    }
+    for (size_t i = 0; i < s.mixture_names.size(); ++i) {
+      l.local.datasets.emplace_back(s.mixture_names[i],
+                                    s.local_mixture_shards[i]);
+    }
+  }
   absl::StatusOr<v1::TransformPipeline> transform =
       image::ParseTransform(s.transform, image::kClientTransformChecks);
   if (!transform.ok()) {
@@ -639,6 +699,15 @@ class PyPipeline {
     d["convert_wait_s"] = absl::ToDoubleSeconds(s.loader.consumer_wait);
     d["rebuilds"] = s.rebuilds;
     d["batches_by_server"] = s.loader.batches_by_server;
+    // A mixture: samples yielded per source.
+    const std::vector<v1::MixtureSource>& mixture =
+        Get()->options().loader.mixture;
+    py::dict by_source;
+    for (size_t i = 0; i < mixture.size(); ++i) {
+      by_source[py::str(mixture[i].dataset())] =
+          i < s.samples_by_source.size() ? s.samples_by_source[i] : 0;
+    }
+    d["samples_by_source"] = by_source;
     return d;
   }
 
@@ -801,6 +870,13 @@ PYBIND11_MODULE(_stoker, m) {
       .def(py::init<>())
       .def_readwrite("servers", &Settings::servers)
       .def_readwrite("dataset", &Settings::dataset)
+      .def_readwrite("mixture_names", &Settings::mixture_names)
+      .def_readwrite("mixture_weights", &Settings::mixture_weights)
+      .def_readwrite("mixture_transforms", &Settings::mixture_transforms)
+      .def_readwrite("mixture_mode", &Settings::mixture_mode)
+      .def_readwrite("mixture_unit", &Settings::mixture_unit)
+      .def_readwrite("mixture_epoch_samples", &Settings::mixture_epoch_samples)
+      .def_readwrite("local_mixture_shards", &Settings::local_mixture_shards)
       .def_readwrite("local_shards", &Settings::local_shards)
       .def_readwrite("local_cores", &Settings::local_cores)
       .def_readwrite("local_cpus", &Settings::local_cpus)

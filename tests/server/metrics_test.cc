@@ -327,6 +327,19 @@ TEST_F(MetricsTest, BadSamplesAreCountedByStatusCode) {
       1);
 }
 
+TEST_F(MetricsTest, MixtureSamplesAreCountedBySourceDataset) {
+  EXPECT_TRUE(Scrape().Find("stoker_mixture_samples_total").empty());
+  metrics().CountMixtureSamples("web", 12);
+  metrics().CountMixtureSamples("books", 3);
+  metrics().CountMixtureSamples("web", 5);
+  const Exposition page = Scrape();
+  EXPECT_EQ(page.types.at("stoker_mixture_samples_total"), "counter");
+  EXPECT_EQ(page.Value("stoker_mixture_samples_total", {{"dataset", "web"}}),
+            17);
+  EXPECT_EQ(page.Value("stoker_mixture_samples_total", {{"dataset", "books"}}),
+            3);
+}
+
 TEST_F(MetricsTest, ServiceFiguresAreReadAtScrapeTime) {
   Exposition page = Scrape();
   EXPECT_EQ(page.types.at("stoker_memory_budget_bytes"), "gauge");

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -185,6 +186,74 @@ TEST_F(StreamRequestTest, RefusesABadTransform) {
   request.mutable_plan()->mutable_transform()->add_steps()->set_op("NoSuchOp");
   EXPECT_TRUE(absl::IsInvalidArgument(
       ValidateStreamRequest(request, *dataset_, limits_).status()));
+}
+
+// A mixture of the fixture's dataset with itself (the server does not
+// mind; the client refuses a dataset listed twice).
+v1::StreamBatchesRequest MixtureRequest(v1::StreamBatchesRequest request) {
+  v1::EpochPlanSpec* plan = request.mutable_plan();
+  plan->clear_dataset();
+  for (const double weight : {3.0, 1.0}) {
+    v1::MixtureSource* source = plan->add_sources();
+    source->set_dataset("train");
+    source->set_weight(weight);
+  }
+  return request;
+}
+
+TEST_F(StreamRequestTest, MixtureGivesItsEpochLengthAndSourceTransforms) {
+  v1::StreamBatchesRequest request = MixtureRequest(Request());
+  *request.mutable_plan()->mutable_sources(1)->mutable_transform() =
+      *image::ParseTransform("RandomResizedCrop((6, 8))");
+  const std::vector<const Dataset*> sources = {dataset_.get(), dataset_.get()};
+  absl::StatusOr<StreamSpec> spec =
+      ValidateMixtureRequest(request, sources, limits_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_NE(spec->mixture, nullptr);
+  EXPECT_EQ(spec->params.num_samples, 2 * dataset_->sample_count());
+  ASSERT_EQ(spec->source_transforms.size(), 2u);
+  EXPECT_EQ(spec->source_transforms[0], spec->transform);
+  EXPECT_NE(spec->source_transforms[1], spec->transform);
+  request.mutable_plan()->set_mixture_epoch_samples(7);
+  spec = ValidateMixtureRequest(request, sources, limits_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->params.num_samples, 7);
+}
+
+TEST_F(StreamRequestTest, RefusesBadMixtures) {
+  const std::vector<const Dataset*> sources = {dataset_.get(), dataset_.get()};
+  auto refused = [&](const v1::StreamBatchesRequest& request,
+                     absl::StatusCode code, const std::string& message) {
+    const absl::Status status =
+        ValidateMixtureRequest(request, sources, limits_).status();
+    EXPECT_EQ(status.code(), code) << status;
+    EXPECT_THAT(status.message(), HasSubstr(message));
+  };
+  v1::StreamBatchesRequest request = MixtureRequest(Request());
+  request.mutable_plan()->set_dataset("train");
+  refused(request, absl::StatusCode::kInvalidArgument, "not both");
+  request = MixtureRequest(Request());
+  request.mutable_plan()->mutable_sources(1)->set_weight(-2);
+  refused(request, absl::StatusCode::kInvalidArgument,
+          "weight of mixture source 1");
+  request = MixtureRequest(Request());
+  *request.mutable_plan()->mutable_sources(0)->mutable_transform() =
+      *image::ParseTransform("Resize((4, 4))");
+  refused(request, absl::StatusCode::kInvalidArgument, "output size");
+  request = MixtureRequest(Request());
+  request.mutable_plan()->mutable_sources(1)->set_expected_fingerprint("x");
+  refused(request, absl::StatusCode::kFailedPrecondition,
+          "the client expected 'x'");
+  request = MixtureRequest(Request());
+  request.set_cache_mode(v1::CACHE_MODE_REPLAY);
+  refused(request, absl::StatusCode::kInvalidArgument, "not a mixture");
+  request = MixtureRequest(Request());
+  request.mutable_plan()->set_mixture_unit(v1::MIXTURE_UNIT_BATCH);
+  request.mutable_plan()->set_batch_size(dataset_->sample_count() + 1);
+  refused(request, absl::StatusCode::kInvalidArgument, "fewer than one unit");
+  request = MixtureRequest(Request());
+  request.mutable_plan()->set_mixture_mode(static_cast<v1::MixtureMode>(9));
+  refused(request, absl::StatusCode::kInvalidArgument, "mixture_mode");
 }
 
 TEST(RequestedRangeTest, EndZeroMeansTheEpochsEnd) {

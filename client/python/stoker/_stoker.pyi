@@ -84,6 +84,13 @@ class Settings:
     # and accept any sequence of the right length.
     servers: str
     dataset: str
+    mixture_names: list[str]
+    mixture_weights: list[float]
+    mixture_transforms: list[str]
+    mixture_mode: str
+    mixture_unit: str
+    mixture_epoch_samples: int
+    local_mixture_shards: list[str]
     local_shards: str
     local_cores: int
     local_cpus: list[int]

@@ -99,6 +99,64 @@ def _server_binary() -> str:
     return ""
 
 
+def _mixture_args(settings: _stoker.Settings, dataset: object,
+                  mode: object, unit: object,
+                  epoch_samples: object) -> list[str]:
+    """Sets the dataset or the mixture; returns the mixture's source names
+    ([] for one dataset)."""
+    if dataset is None:
+        raise _invalid("dataset is required: the dataset's name on the "
+                       "servers (for local servers, any name), or a dict "
+                       "{name: weight} of datasets to mix")
+    if isinstance(dataset, str):
+        if not dataset:
+            raise _invalid("dataset must be a non-empty str")
+        settings.dataset = dataset
+        return []
+    if not isinstance(dataset, dict) or not dataset:
+        raise _invalid("dataset must be a name or a non-empty dict "
+                       f"{{name: weight}}, got {dataset!r}")
+    names, weights, transforms = [], [], []
+    for name, value in dataset.items():
+        if not isinstance(name, str) or not name:
+            raise _invalid(f"mixture dataset names must be non-empty str, "
+                           f"got {name!r}")
+        transform = ""
+        if isinstance(value, dict):
+            unknown = set(value) - {"weight", "transform"}
+            if unknown or "weight" not in value:
+                raise _invalid(f"mixture source {name!r}: give a weight or a "
+                               "dict with 'weight' and optionally "
+                               f"'transform', got {value!r}")
+            transform = value.get("transform", "")
+            if not isinstance(transform, str):
+                raise _invalid(f"mixture source {name!r}: transform must be "
+                               f"a str, got {transform!r}")
+            value = value["weight"]
+        weight = _real_arg(f"the weight of {name!r}", value)
+        if not weight > 0 or weight == float("inf"):
+            raise _invalid(f"the weight of mixture source {name!r} must be "
+                           f"a finite number > 0, got {value!r}")
+        names.append(name)
+        weights.append(weight)
+        transforms.append(transform)
+    settings.mixture_names = names
+    settings.mixture_weights = weights
+    settings.mixture_transforms = transforms
+    if mode not in ("cycle", "first_exhausted"):
+        raise _invalid("mixture_mode must be 'cycle' or 'first_exhausted', "
+                       f"got {mode!r}")
+    settings.mixture_mode = str(mode)
+    if unit not in ("sample", "batch"):
+        raise _invalid(f"mixture_unit must be 'sample' or 'batch', got "
+                       f"{unit!r}")
+    settings.mixture_unit = str(unit)
+    if epoch_samples is not None:
+        settings.mixture_epoch_samples = _int_arg(
+            "mixture_epoch_samples", epoch_samples, 1)
+    return names
+
+
 def _local_args(settings: _stoker.Settings, shards: object,
                 local_cores: object, local_servers: object,
                 server_binary: object, server_flags: object) -> None:
@@ -445,6 +503,27 @@ class Loader:
       dataset: the dataset name the servers were started with
         (--dataset=NAME=GLOB); for local servers, the name they serve the
         shards under (the same name as on remote servers for a hybrid).
+        Or a weighted mixture of the servers' datasets, a dict
+        {name: weight} (e.g. {"web": 0.7, "books": 0.2, "code": 0.1};
+        weights are relative, finite and > 0), where a value may also be
+        {"weight": w, "transform": "..."} to give that source its own
+        pipeline (same output size; not with fields). Every server must
+        hold every source (local servers: shards={name: path, ...}). The
+        source of every sample (mixture_unit="sample") or of every global
+        batch ("batch": every rank's batch of a step from one source) is
+        drawn from the plan's generator: deterministic, independent of
+        the number of servers, and every prefix of the run holds each
+        source within one unit of its share. Each source goes through its
+        own epochs (each sample once per source epoch, reshuffled each
+        epoch, augmented as that dataset alone would be). With
+        mixture_mode="cycle" a source that runs out starts its next epoch
+        and a loader epoch is mixture_epoch_samples samples (default the
+        sources' total); with "first_exhausted" each epoch ends just
+        before its first exhausted source would repeat. info["sources"]
+        gives each sample's source (an index into .sources), stats()
+        ["samples_by_source"] the counts; state_dict() covers the mixture
+        (elastic resume included; with mixture_unit="batch" only onto a
+        shape of the same world_size x batch_size).
       shards: for local servers, the dataset as stoker_server --dataset
         takes it: shards by a path pattern ("/data/train-*.tar"), a brace
         range or an http(s):// or s3:// URL; or files as they are: an
@@ -465,6 +544,7 @@ class Loader:
         ["--s3_endpoint=http://minio:9000", "--max_memory_bytes=8e9"] (see
         stoker_server --help); credentials come from this process's
         environment, which they inherit.
+      mixture_mode, mixture_unit, mixture_epoch_samples: see dataset.
       shared_memory: offer servers on this host (local servers, or one
         started with --shared_memory) shared memory for the batches: they
         assemble them straight into this process's memory and nothing is
@@ -639,7 +719,10 @@ class Loader:
                  local_servers: int = 1,
                  server_binary: str | os.PathLike[str] | None = None,
                  server_flags: Sequence[str] = (),
-                 shared_memory: bool = True) -> None:
+                 shared_memory: bool = True,
+                 mixture_mode: Literal["cycle", "first_exhausted"] = "cycle",
+                 mixture_unit: Literal["sample", "batch"] = "sample",
+                 mixture_epoch_samples: int | None = None) -> None:
         self._pipeline: _stoker.Pipeline | None = None
         settings = _stoker.Settings()
         if servers is None:
@@ -648,15 +731,24 @@ class Loader:
                                "or shards for local servers")
             servers = "local"
         settings.servers = _servers_arg(servers)
+        self._sources = _mixture_args(settings, dataset, mixture_mode,
+                                      mixture_unit, mixture_epoch_samples)
+        if isinstance(shards, dict):
+            if set(shards) != set(self._sources):
+                raise _invalid("with a mixture, shards must be a dict with "
+                               "the mixture's datasets as keys, got "
+                               f"{sorted(shards)!r} for {self._sources!r}")
+            settings.local_mixture_shards = [
+                str(os.fspath(shards[name])) for name in self._sources]
+            shards = settings.local_mixture_shards[0]
+        elif self._sources and shards is not None:
+            raise _invalid("with a mixture, shards must be a dict "
+                           "{dataset: shards} naming each source's")
         _local_args(settings, shards, local_cores, local_servers,
                     server_binary, server_flags)
+        if settings.local_mixture_shards:
+            settings.local_shards = ""
         settings.shared_memory = bool(shared_memory)
-        if dataset is None:
-            raise _invalid("dataset is required: the dataset's name on the "
-                           "servers (for local servers, any name)")
-        if not isinstance(dataset, str) or not dataset:
-            raise _invalid(f"dataset must be a non-empty str, got {dataset!r}")
-        settings.dataset = dataset
         settings.batch_size = _int_arg("batch_size", batch_size, 1, 65536)
         if not isinstance(transform, str):
             raise _invalid("transform must be a str such as "
@@ -827,6 +919,12 @@ class Loader:
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
         return self._open().num_batches
+
+    @property
+    def sources(self) -> list[str]:
+        """A mixture's datasets, in order (info["sources"] holds indices
+        into it); [] for one dataset."""
+        return list(self._sources)
 
     @property
     def dataset_samples(self) -> int:

@@ -1,0 +1,218 @@
+#include "common/mixture.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/random.h"
+
+namespace stoker::common {
+namespace {
+
+constexpr uint64_t kMixtureSalt = 0x6d6978747572ULL;  // "mixtur"
+
+}  // namespace
+
+std::string FormatMixture(const std::vector<std::string>& names,
+                          const MixtureParams& params) {
+  std::string out;
+  for (size_t s = 0; s < names.size() && s < params.weights.size(); ++s) {
+    absl::StrAppend(&out, s == 0 ? "" : ",", names[s], ":",
+                    absl::StrFormat("%.17g", params.weights[s]));
+  }
+  absl::StrAppend(
+      &out, ";mode=",
+      params.mode == MixtureMode::kCycle ? "cycle" : "first_exhausted",
+      ";unit=", params.unit == MixtureUnit::kSample ? "sample" : "batch:",
+      params.unit == MixtureUnit::kBatch ? absl::StrCat(params.unit_samples)
+                                         : "",
+      ";epoch_samples=", params.epoch_samples);
+  return out;
+}
+
+absl::StatusOr<Mixture> Mixture::Create(const MixtureParams& p) {
+  const size_t n = p.source_samples.size();
+  if (n == 0 || n > static_cast<size_t>(kMaxMixtureSources)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a mixture needs 1 to ", kMaxMixtureSources, " sources, got ", n));
+  }
+  if (p.weights.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a mixture needs one weight per source: ", n, " sources, ",
+        p.weights.size(), " weights"));
+  }
+  if (p.unit_samples < 1 ||
+      (p.unit == MixtureUnit::kSample && p.unit_samples != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unit_samples must be 1 per sample, or the global batch per batch; "
+        "got ", p.unit_samples));
+  }
+  double total = 0;
+  for (size_t s = 0; s < n; ++s) {
+    const double w = p.weights[s];
+    if (!std::isfinite(w) || w <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the weight of mixture source ", s, " must be a finite number > 0 "
+          "(leave a source out rather than weighting it 0), got ", w));
+    }
+    if (p.source_samples[s] < p.unit_samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mixture source ", s, " has ", p.source_samples[s],
+          " samples, fewer than one unit of ", p.unit_samples,
+          p.unit == MixtureUnit::kBatch ? " (world_size x batch_size)" : ""));
+    }
+    total += w;
+  }
+  if (!std::isfinite(total)) {
+    return absl::InvalidArgumentError("the mixture's weights overflow");
+  }
+  if (p.epoch_samples < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epoch_samples must be >= 0 (0: the sources' total), got ",
+        p.epoch_samples));
+  }
+  Mixture mixture(p);
+  if (p.mode == MixtureMode::kCycle) {
+    int64_t l = p.epoch_samples;
+    if (l == 0) {
+      for (const int64_t size : p.source_samples) l += size;
+    }
+    l -= l % p.unit_samples;
+    if (l == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "epoch_samples ", p.epoch_samples, " is less than one unit of ",
+          p.unit_samples, " samples"));
+    }
+    mixture.cycle_samples_ = l;
+  }
+  return mixture;
+}
+
+Mixture::Mixture(const MixtureParams& params) : params_(params) {
+  double total = 0;
+  for (const double w : params.weights) total += w;
+  for (const double w : params.weights) weights_.push_back(w / total);
+}
+
+uint64_t Mixture::KeyOf(int64_t epoch) const {
+  const uint64_t key = HashCombine(params_.seed, kMixtureSalt);
+  return params_.mode == MixtureMode::kCycle
+             ? key
+             : HashCombine(key, static_cast<uint64_t>(epoch));
+}
+
+double Mixture::Time(uint64_t key, int s, int64_t k) const {
+  const uint64_t h = HashCombine(HashCombine(key, static_cast<uint64_t>(s)),
+                                 static_cast<uint64_t>(k));
+  const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
+  return (static_cast<double>(k) + u) / weights_[s];
+}
+
+int64_t Mixture::CountBefore(uint64_t key, int s, double t,
+                             bool or_equal) const {
+  // Times increase with k (t_s(k) < (k + 1) / w_s <= t_s(k + 1)), so the
+  // count is where `before` turns false; floor(t w_s) is within one of it.
+  auto before = [&](int64_t k) {
+    const double tk = Time(key, s, k);
+    return or_equal ? tk <= t : tk < t;
+  };
+  if (t <= 0) return before(0) ? 1 : 0;
+  int64_t j = static_cast<int64_t>(std::floor(t * weights_[s]));
+  j = std::max<int64_t>(j, 0);
+  while (j > 0 && !before(j - 1)) --j;
+  while (before(j)) ++j;
+  return j;
+}
+
+std::pair<int, int64_t> Mixture::Unit(uint64_t key, int64_t q) const {
+  // At most S units precede time q - S - 1 ... so the q-th unit lies in
+  // [q - S - 1, q + S + 1): the sources' counts there are within one of
+  // their share.
+  const int n = num_sources();
+  const double low = static_cast<double>(q) - n - 1;
+  const double high = static_cast<double>(q) + n + 1;
+  int64_t base = 0;
+  std::vector<std::tuple<double, int, int64_t>> near;
+  for (int s = 0; s < n; ++s) {
+    const int64_t from = CountBefore(key, s, low, false);
+    const int64_t to = CountBefore(key, s, high, false);
+    base += from;
+    for (int64_t k = from; k < to; ++k) near.emplace_back(Time(key, s, k), s, k);
+  }
+  std::sort(near.begin(), near.end());
+  const int64_t i = q - base;
+  // The bounds above guarantee 0 <= i < near.size(); clamp regardless.
+  const auto& [t, s, k] =
+      near[std::clamp<int64_t>(i, 0, static_cast<int64_t>(near.size()) - 1)];
+  return {s, k};
+}
+
+int64_t Mixture::RankOf(uint64_t key, int s, int64_t k) const {
+  const double t = Time(key, s, k);
+  int64_t rank = k;
+  for (int other = 0; other < num_sources(); ++other) {
+    if (other == s) continue;
+    // Ties go to the lower source.
+    rank += CountBefore(key, other, t, /*or_equal=*/other < s);
+  }
+  return rank;
+}
+
+int64_t Mixture::EpochSamples(int64_t epoch) const {
+  if (params_.mode == MixtureMode::kCycle) return cycle_samples_;
+  const uint64_t key = KeyOf(epoch);
+  int64_t units = std::numeric_limits<int64_t>::max();
+  for (int s = 0; s < num_sources(); ++s) {
+    // The unit that would need more samples than the epoch has.
+    const int64_t available = params_.source_samples[s] / params_.unit_samples;
+    units = std::min(units, RankOf(key, s, available));
+  }
+  return units * params_.unit_samples;
+}
+
+MixturePick Mixture::At(int64_t epoch, int64_t position) const {
+  const int64_t g = params_.unit_samples;
+  const int64_t q = params_.mode == MixtureMode::kCycle
+                        ? epoch * cycle_samples_ + position
+                        : position;
+  const auto [s, k] = Unit(KeyOf(epoch), q / g);
+  const int64_t pick = k * g + q % g;
+  MixturePick out;
+  out.source = s;
+  if (params_.mode == MixtureMode::kCycle) {
+    const int64_t size = params_.source_samples[s];
+    out.source_epoch = pick / size;
+    out.position = pick % size;
+  } else {
+    out.source_epoch = epoch;
+    out.position = pick;
+  }
+  return out;
+}
+
+std::vector<int64_t> Mixture::PicksBefore(int64_t epoch,
+                                          int64_t position) const {
+  const int64_t g = params_.unit_samples;
+  const int64_t q = params_.mode == MixtureMode::kCycle
+                        ? epoch * cycle_samples_ + position
+                        : position;
+  const uint64_t key = KeyOf(epoch);
+  std::vector<int64_t> picks(num_sources(), 0);
+  // The units before unit q / g, then the part of that unit before q.
+  const auto [s, k] = Unit(key, q / g);
+  const double t = Time(key, s, k);
+  for (int other = 0; other < num_sources(); ++other) {
+    const int64_t units =
+        other == s ? k : CountBefore(key, other, t, other < s);
+    picks[other] = units * g;
+  }
+  picks[s] += q % g;
+  return picks;
+}
+
+}  // namespace stoker::common
