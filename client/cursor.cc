@@ -210,12 +210,12 @@ absl::StatusOr<Cursor> Cursor::Parse(absl::string_view text) {
   for (const char* key : kRequired) {
     if (!values.count(key)) return bad(absl::StrCat("'", key, "' is missing"));
   }
-  for (const auto& [key, value] : values) {
+  for (const auto& entry : values) {
+    const std::string& key = entry.first;
+    auto is_key = [&key](const char* k) { return key == k; };
     const bool known =
-        std::any_of(std::begin(kRequired), std::end(kRequired),
-                    [&](const char* k) { return key == k; }) ||
-        std::any_of(std::begin(kOptional), std::end(kOptional),
-                    [&](const char* k) { return key == k; });
+        std::any_of(std::begin(kRequired), std::end(kRequired), is_key) ||
+        std::any_of(std::begin(kOptional), std::end(kOptional), is_key);
     if (!known) return bad(absl::StrCat("unknown part '", key, "'"));
   }
   auto integer = [&](const char* key, int64_t minimum, int64_t* out) {

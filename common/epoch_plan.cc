@@ -144,19 +144,33 @@ EpochPlan::EpochPlan(const EpochPlanParams& params,
 }
 
 int64_t EpochPlan::RemainingPosition(int64_t i) const {
+  size_t passed = 0;
+  return RemainingPositionFrom(i, &passed);
+}
+
+int64_t EpochPlan::RemainingPositionFrom(int64_t i, size_t* passed) const {
   const std::vector<int64_t>& after = params_.consumed_after;
   // The smallest position p >= prefix + i with p - prefix - (consumed
   // positions <= p) == i: grow p by the consumed ones it passes until none
-  // is left.
-  size_t passed = 0;
+  // is left. *passed (consumed positions below the answer) only grows, so
+  // calls with increasing i reuse it.
   while (true) {
     const int64_t p =
-        params_.consumed_prefix + i + static_cast<int64_t>(passed);
+        params_.consumed_prefix + i + static_cast<int64_t>(*passed);
+    // Galloping: the next position is usually close, so widen the step
+    // until past p, then search that stretch.
+    size_t low = *passed;
+    size_t step = 1;
+    while (low + step <= after.size() && after[low + step - 1] <= p) {
+      low += step;
+      step *= 2;
+    }
+    const size_t high = std::min(after.size(), low + step);
     const size_t now = static_cast<size_t>(
-        std::upper_bound(after.begin() + passed, after.end(), p) -
+        std::upper_bound(after.begin() + low, after.begin() + high, p) -
         after.begin());
-    if (now == passed) return p;
-    passed = now;
+    if (now == *passed) return p;
+    *passed = now;
   }
 }
 
@@ -188,9 +202,28 @@ void EpochPlan::BatchPositions(int64_t b, std::vector<int64_t>* out) const {
   const bool gaps = !params_.consumed_after.empty();
   // Index in the padded remainder of this batch's first entry.
   int64_t pos = params_.rank + b * params_.batch_size * w;
+  // Indices grow within a batch (until padding wraps them): the consumed
+  // positions passed so far carry over from one to the next.
+  size_t passed = 0;
+  int64_t previous = -1;
   for (int64_t k = 0; k < size; ++k, pos += w) {
     const int64_t i = pos % m;
-    out->push_back(gaps ? RemainingPosition(i) : params_.consumed_prefix + i);
+    if (!gaps) {
+      out->push_back(params_.consumed_prefix + i);
+      continue;
+    }
+    if (i < previous) passed = 0;
+    if (passed == 0) {
+      // The first one (or after a wrap): jump close by binary search.
+      passed = static_cast<size_t>(
+          std::upper_bound(params_.consumed_after.begin(),
+                           params_.consumed_after.end(),
+                           params_.consumed_prefix + i) -
+          params_.consumed_after.begin());
+      // Every consumed position <= prefix + i is below the answer.
+    }
+    out->push_back(RemainingPositionFrom(i, &passed));
+    previous = i;
   }
 }
 

@@ -161,6 +161,9 @@ class EpochPlan {
  private:
   EpochPlan(const EpochPlanParams& params,
             std::shared_ptr<const std::vector<int64_t>> order);
+  // RemainingPosition, given that the first *passed consumed positions lie
+  // below the answer (0 is always true); advances *passed.
+  int64_t RemainingPositionFrom(int64_t i, size_t* passed) const;
 
   EpochPlanParams params_;
   std::shared_ptr<const std::vector<int64_t>> order_;

@@ -10,7 +10,9 @@ Run by `bazel test //tests/python:mixture_test`."""
 import collections
 import hashlib
 import math
+import os
 import re
+import subprocess
 import unittest
 import urllib.request
 
@@ -216,6 +218,43 @@ class MixtureTest(unittest.TestCase):
         with mixture(mixture_unit="batch", batch_size=3) as ld:
             with self.assertRaisesRegex(ValueError, "mixture differs"):
                 ld.load_state_dict(state)
+
+    def test_stoker_fetch_resumes_a_mixture_on_another_world_size(self):
+        # The C++ client: 4 ranks stop after 2 batches and print their
+        # cursors; 3 ranks of another batch size continue from all four.
+        out_dir = st.temp_dir("fetch-mixture")
+
+        def fetch(name, *flags):
+            keys = os.path.join(out_dir, name)
+            out = subprocess.run(
+                [st.FETCH_BIN, f"--servers={SERVER.address}",
+                 "--mixture=train:0.7,books:0.2,code:0.1", "--seed=4",
+                 f"--transform={TRANSFORM}", f"--keys_out={keys}", *flags],
+                check=True, capture_output=True, text=True).stdout
+            with open(keys) as f:
+                return out, [line.split()[1] for line in f]
+
+        _, whole = fetch("whole", "--batch_size=500")
+        self.assertEqual(len(whole), sum(SIZES.values()))
+        self.assertTrue(all("/" in key for key in whole))
+        cursors, delivered = [], []
+        for rank in range(4):
+            out, keys = fetch(f"first{rank}", "--batch_size=6",
+                              "--world_size=4", f"--rank={rank}",
+                              "--stop_after_batches=2")
+            cursors.append(re.search(r"^cursor=(\S+)$", out, re.M).group(1))
+            delivered += keys
+        self.assertEqual(len(delivered), 48)
+        for rank in range(3):
+            out, keys = fetch(f"second{rank}", "--batch_size=7",
+                              "--world_size=3", f"--rank={rank}",
+                              f"--resume_from={' '.join(cursors)}")
+            self.assertRegex(out, r"sources: train=\d+ books=\d+ code=\d+")
+            delivered += keys
+        together = collections.Counter(delivered)
+        expected = collections.Counter(whole)
+        self.assertFalse(expected - together)
+        self.assertLess(sum((together - expected).values()), 3)
 
     def test_local_servers_serve_a_mixture(self):
         with stoker.Loader(dataset=dict(WEIGHTS), shards=dict(GLOBS),

@@ -465,7 +465,8 @@ class Loader:
     returns a small dict (epoch and a cursor string); a loader created with
     the same arguments and given it through ``load_state_dict`` continues
     with exactly the batches of that epoch not yet yielded, then with the
-    following epochs.
+    following epochs. A loader of another world_size or batch_size takes
+    it too and continues the epoch elastically (see load_state_dict).
 
     CUDA streams: a batch's uint8 pixels are copied to the GPU ahead of
     time on the loader's own stream. When it is yielded, the conversion
@@ -968,8 +969,10 @@ class Loader:
 
     @property
     def plan_id(self) -> str:
-        """Identifies the plan (dataset content, transform, batch size, seed,
-        rank, world size, shuffle, drop_last) that state dicts belong to."""
+        """Identifies the data plan that state dicts belong to: dataset
+        content, transform, fields, seed, shuffle and mixture; not the
+        shape (rank, world_size, batch_size, drop_last), so a state loads
+        into a loader of another shape (elastic resume)."""
         return self._open().plan_id
 
     # --- epochs ---
@@ -1298,7 +1301,9 @@ class Loader:
     def __repr__(self) -> str:
         s = self._settings
         fields = f", fields={s.fields!r}" if self._fields is not None else ""
-        return (f"stoker.Loader(servers={s.servers!r}, dataset={s.dataset!r}, "
+        dataset = (s.dataset if s.dataset else
+                   dict(zip(s.mixture_names, s.mixture_weights)))
+        return (f"stoker.Loader(servers={s.servers!r}, dataset={dataset!r}, "
                 f"batch_size={s.batch_size}, transform={s.transform!r}, "
                 f"rank={s.rank}, world_size={s.world_size}, "
                 f"device='{self._device}', dtype={self._dtype}, "
