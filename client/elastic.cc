@@ -136,6 +136,15 @@ absl::StatusOr<EpochStart> ContinueFrom(const std::vector<Cursor>& cursors,
   }
   if (first_open >= m) return next_epoch;
 
+  if (static_cast<int64_t>(ahead.size() + params.consumed_after.size()) >
+      common::kMaxConsumedPositions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job's ranks stopped too far apart to continue exactly: ",
+        ahead.size(), " samples were delivered past the first one some rank "
+        "had not reached (at most ", common::kMaxConsumedPositions,
+        "); resume each rank on its own shape, or give one rank's state to "
+        "treat the job as synchronous"));
+  }
   EpochStart start;
   start.epoch = first.epoch;
   start.consumed_prefix = plan->RemainingPosition(first_open);

@@ -20,8 +20,11 @@
 // rank's delivered batches a set rather than a prefix; the cursor lists
 // them (next_batch plus delivered_after) and they count the same way.
 // Padding (the entries that repeat the order's start so that every rank
-// gets as many batches) counts as delivering those samples again, which
-// consumes nothing new.
+// gets as many batches) delivers those samples a second time: a sample
+// counts as consumed when any of its deliveries was made. A job whose ranks
+// stopped so far apart that more than common::kMaxConsumedPositions
+// positions lie past the first open one is refused (the list travels with
+// every request).
 //
 // The continuation (EpochStart) is the consumed positions; a plan given
 // them cuts the rest as a whole epoch (every remaining sample exactly once
@@ -49,7 +52,8 @@ struct EpochStart {
 // `num_samples` positions. When every rank had delivered every batch, the
 // next epoch, whole. Errors: INVALID_ARGUMENT naming what is wrong (no
 // cursor, version 1, cursors of different plans, epochs or cuts, a list
-// that is not one cursor per rank, batches outside the epoch).
+// that is not one cursor per rank, batches outside the epoch, ranks too
+// far apart).
 absl::StatusOr<EpochStart> ContinueFrom(const std::vector<Cursor>& cursors,
                                         int64_t num_samples);
 

@@ -567,6 +567,9 @@ int64_t Loader::EpochSamples(int64_t epoch) const {
 }
 
 absl::StatusOr<int64_t> Loader::BatchesAfter(const EpochStart& start) const {
+  if (mixture_ != nullptr) {
+    if (absl::Status s = mixture_->CheckEpoch(start.epoch); !s.ok()) return s;
+  }
   common::EpochPlanParams params;
   params.num_samples = EpochSamples(start.epoch);
   params.rank = options_.rank;
@@ -909,12 +912,17 @@ void Loader::FinishSlots(const SharedSlots& slots, bool refused,
 absl::Status Loader::Accept(int endpoint, const std::string& address,
                             const Lease& lease, int64_t epoch, int64_t* next,
                             HostBatch batch) {
-  if (mixture_ != nullptr &&
-      static_cast<int64_t>(batch.sources.size()) != batch.n) {
+  if (mixture_ != nullptr) {
     // Not received: the stream is cancelled and the range asked elsewhere.
-    return absl::DataLossError(absl::StrCat(
-        "server ", address, " sent batch ", batch.batch_index,
-        " of a mixture without its samples' sources"));
+    const bool in_range = std::all_of(
+        batch.sources.begin(), batch.sources.end(), [this](int32_t s) {
+          return s >= 0 && s < static_cast<int32_t>(options_.mixture.size());
+        });
+    if (static_cast<int64_t>(batch.sources.size()) != batch.n || !in_range) {
+      return absl::DataLossError(absl::StrCat(
+          "server ", address, " sent batch ", batch.batch_index,
+          " of a mixture without valid sources for its samples"));
+    }
   }
   {
     absl::MutexLock lock(&delivery_mu_);
@@ -1066,10 +1074,23 @@ absl::Status Loader::Resume(const std::vector<Cursor>& cursors) {
     }
     position = *std::move(exact);
   } else {
+    if (mixture_ != nullptr) {
+      if (absl::Status s = mixture_->CheckEpoch(first.epoch); !s.ok()) {
+        return s;
+      }
+    }
     absl::StatusOr<EpochStart> continued =
         ContinueFrom(cursors, EpochSamples(first.epoch));
     if (!continued.ok()) return continued.status();
     start = *std::move(continued);
+    const int64_t unit = int64_t{options_.world_size} * options_.batch_size;
+    if (options_.mixture_unit == v1::MIXTURE_UNIT_BATCH &&
+        (start.consumed_prefix % unit != 0 || !start.consumed_after.empty())) {
+      // A step would mix the sources of two units.
+      return absl::InvalidArgumentError(
+          "a mixture drawn per batch resumes only from a job whose ranks "
+          "all stopped at the same step (give one rank's state)");
+    }
     absl::StatusOr<int64_t> batches = BatchesAfter(start);
     if (!batches.ok()) return batches.status();
     position.emplace(start.epoch, *batches);

@@ -40,13 +40,19 @@ absl::Status ValidatePlanParams(const EpochPlanParams& p) {
         absl::StrCat("consumed_prefix must be in [0, num_samples = ",
                      p.num_samples, "], got ", p.consumed_prefix));
   }
+  if (static_cast<int64_t>(p.consumed_after.size()) > kMaxConsumedPositions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        p.consumed_after.size(), " consumed positions listed past the "
+        "consumed prefix; at most ", kMaxConsumedPositions));
+  }
   int64_t previous = p.consumed_prefix - 1;
-  for (const int64_t position : p.consumed_after) {
+  for (size_t k = 0; k < p.consumed_after.size(); ++k) {
+    const int64_t position = p.consumed_after[k];
     if (position <= previous || position >= p.num_samples) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "consumed positions must be ascending, unique and in [",
-          p.consumed_prefix, ", ", p.num_samples, "); got ", position,
-          " after ", previous));
+          "the consumed positions must be ascending, unique and in [",
+          p.consumed_prefix, ", ", p.num_samples, "); entry ", k, " is ",
+          position, k == 0 ? "" : absl::StrCat(" after ", previous)));
     }
     previous = position;
   }
@@ -144,34 +150,22 @@ EpochPlan::EpochPlan(const EpochPlanParams& params,
 }
 
 int64_t EpochPlan::RemainingPosition(int64_t i) const {
-  size_t passed = 0;
-  return RemainingPositionFrom(i, &passed);
-}
-
-int64_t EpochPlan::RemainingPositionFrom(int64_t i, size_t* passed) const {
+  // Before consumed position after[t] lie after[t] - prefix - t remaining
+  // ones, a count that never decreases with t; the i-th remaining position
+  // passes exactly the consumed ones with at most i remaining before them.
   const std::vector<int64_t>& after = params_.consumed_after;
-  // The smallest position p >= prefix + i with p - prefix - (consumed
-  // positions <= p) == i: grow p by the consumed ones it passes until none
-  // is left. *passed (consumed positions below the answer) only grows, so
-  // calls with increasing i reuse it.
-  while (true) {
-    const int64_t p =
-        params_.consumed_prefix + i + static_cast<int64_t>(*passed);
-    // Galloping: the next position is usually close, so widen the step
-    // until past p, then search that stretch.
-    size_t low = *passed;
-    size_t step = 1;
-    while (low + step <= after.size() && after[low + step - 1] <= p) {
-      low += step;
-      step *= 2;
+  const int64_t prefix = params_.consumed_prefix;
+  size_t low = 0;
+  size_t high = after.size();
+  while (low < high) {  // the first t with more than i remaining before it
+    const size_t mid = low + (high - low) / 2;
+    if (after[mid] - prefix - static_cast<int64_t>(mid) <= i) {
+      low = mid + 1;
+    } else {
+      high = mid;
     }
-    const size_t high = std::min(after.size(), low + step);
-    const size_t now = static_cast<size_t>(
-        std::upper_bound(after.begin() + low, after.begin() + high, p) -
-        after.begin());
-    if (now == *passed) return p;
-    *passed = now;
   }
+  return prefix + i + static_cast<int64_t>(low);
 }
 
 int64_t EpochPlan::BatchSize(int64_t b) const {
@@ -202,28 +196,9 @@ void EpochPlan::BatchPositions(int64_t b, std::vector<int64_t>* out) const {
   const bool gaps = !params_.consumed_after.empty();
   // Index in the padded remainder of this batch's first entry.
   int64_t pos = params_.rank + b * params_.batch_size * w;
-  // Indices grow within a batch (until padding wraps them): the consumed
-  // positions passed so far carry over from one to the next.
-  size_t passed = 0;
-  int64_t previous = -1;
   for (int64_t k = 0; k < size; ++k, pos += w) {
     const int64_t i = pos % m;
-    if (!gaps) {
-      out->push_back(params_.consumed_prefix + i);
-      continue;
-    }
-    if (i < previous) passed = 0;
-    if (passed == 0) {
-      // The first one (or after a wrap): jump close by binary search.
-      passed = static_cast<size_t>(
-          std::upper_bound(params_.consumed_after.begin(),
-                           params_.consumed_after.end(),
-                           params_.consumed_prefix + i) -
-          params_.consumed_after.begin());
-      // Every consumed position <= prefix + i is below the answer.
-    }
-    out->push_back(RemainingPositionFrom(i, &passed));
-    previous = i;
+    out->push_back(gaps ? RemainingPosition(i) : params_.consumed_prefix + i);
   }
 }
 

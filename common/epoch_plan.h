@@ -33,6 +33,9 @@ namespace stoker::common {
 
 // Largest accepted batch size.
 constexpr int kMaxBatchSize = 65536;
+// Most consumed positions a plan may list past its consumed prefix (a
+// resumed job's ranks that stopped far apart); 2 MB on the wire at most.
+constexpr int64_t kMaxConsumedPositions = int64_t{1} << 18;
 
 struct EpochPlanParams {
   // Samples in the dataset; must be > 0.
@@ -71,11 +74,13 @@ int64_t RemainingSamples(const EpochPlanParams& params);
 absl::Status ValidateBatching(int batch_size, int rank, int world_size);
 
 // Every check of EpochPlan::Create: ValidateBatching's, num_samples > 0
-// and the consumed positions (inside the epoch, ascending, unique).
+// and the consumed positions (inside the epoch, ascending, unique, at most
+// kMaxConsumedPositions of them).
 // InvalidArgument naming the field.
 absl::Status ValidatePlanParams(const EpochPlanParams& params);
 
-// An immutable plan. Cheap to copy: copies share the global order. Thread-safe
+// An immutable plan. Copies share the global order (and copy the consumed
+// positions, if any). Thread-safe
 // (all methods are const and the shared order is never modified).
 class EpochPlan {
  public:
@@ -161,9 +166,7 @@ class EpochPlan {
  private:
   EpochPlan(const EpochPlanParams& params,
             std::shared_ptr<const std::vector<int64_t>> order);
-  // RemainingPosition, given that the first *passed consumed positions lie
-  // below the answer (0 is always true); advances *passed.
-  int64_t RemainingPositionFrom(int64_t i, size_t* passed) const;
+
 
   EpochPlanParams params_;
   std::shared_ptr<const std::vector<int64_t>> order_;

@@ -71,9 +71,25 @@ absl::StatusOr<Mixture> Mixture::Create(const MixtureParams& p) {
   if (!std::isfinite(total)) {
     return absl::InvalidArgumentError("the mixture's weights overflow");
   }
-  if (p.epoch_samples < 0) {
+  for (size_t s = 0; s < n; ++s) {
+    if (p.weights[s] / total < kMinMixtureShare) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mixture source ", s, " has weight ", p.weights[s], " of ", total,
+          " in all, a share below 2^-30; leave it out"));
+    }
+  }
+  int64_t total_samples = 0;
+  for (const int64_t size : p.source_samples) {
+    if (size > kMaxMixturePosition - total_samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the mixture's sources hold more than ", kMaxMixturePosition,
+          " samples"));
+    }
+    total_samples += size;
+  }
+  if (p.epoch_samples < 0 || p.epoch_samples > kMaxMixturePosition) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "epoch_samples must be >= 0 (0: the sources' total), got ",
+        "epoch_samples must be in [0, 2^48] (0: the sources' total), got ",
         p.epoch_samples));
   }
   Mixture mixture(p);
@@ -122,8 +138,13 @@ int64_t Mixture::CountBefore(uint64_t key, int s, double t,
     return or_equal ? tk <= t : tk < t;
   };
   if (t <= 0) return before(0) ? 1 : 0;
-  int64_t j = static_cast<int64_t>(std::floor(t * weights_[s]));
-  j = std::max<int64_t>(j, 0);
+  // Past the stream's end (a far time of a rare source): saturate rather
+  // than count that far.
+  const double guess = std::floor(t * weights_[s]);
+  if (!(guess < static_cast<double>(kMaxMixturePosition))) {
+    return kMaxMixturePosition;
+  }
+  int64_t j = std::max<int64_t>(static_cast<int64_t>(guess), 0);
   while (j > 0 && !before(j - 1)) --j;
   while (before(j)) ++j;
   return j;
@@ -146,7 +167,10 @@ std::pair<int, int64_t> Mixture::Unit(uint64_t key, int64_t q) const {
   }
   std::sort(near.begin(), near.end());
   const int64_t i = q - base;
-  // The bounds above guarantee 0 <= i < near.size(); clamp regardless.
+  // The bounds above guarantee 0 <= i < near.size() for q below
+  // kMaxMixturePosition with shares of at least kMinMixtureShare (the
+  // times stay exact to well under a unit); never index outside.
+  if (near.empty()) return {0, 0};
   const auto& [t, s, k] =
       near[std::clamp<int64_t>(i, 0, static_cast<int64_t>(near.size()) - 1)];
   return {s, k};
@@ -163,6 +187,20 @@ int64_t Mixture::RankOf(uint64_t key, int s, int64_t k) const {
   return rank;
 }
 
+absl::Status Mixture::CheckEpoch(int64_t epoch) const {
+  if (epoch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch must be >= 0, got ", epoch));
+  }
+  if (params_.mode == MixtureMode::kCycle &&
+      epoch >= kMaxMixturePosition / cycle_samples_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epoch ", epoch, " of a mixture of ", cycle_samples_,
+        " samples per epoch lies past the stream's 2^48 samples"));
+  }
+  return absl::OkStatus();
+}
+
 int64_t Mixture::EpochSamples(int64_t epoch) const {
   if (params_.mode == MixtureMode::kCycle) return cycle_samples_;
   const uint64_t key = KeyOf(epoch);
@@ -172,6 +210,8 @@ int64_t Mixture::EpochSamples(int64_t epoch) const {
     const int64_t available = params_.source_samples[s] / params_.unit_samples;
     units = std::min(units, RankOf(key, s, available));
   }
+  // At most the stream's end.
+  units = std::min(units, kMaxMixturePosition / params_.unit_samples);
   return units * params_.unit_samples;
 }
 

@@ -47,6 +47,11 @@ enum class MixtureUnit { kSample, kBatch };
 
 // Most sources a mixture may have.
 constexpr int kMaxMixtureSources = 256;
+// Positions of the stream stay below this (kCycle: (epoch + 1) *
+// epoch_samples), so that unit times, doubles, keep their precision.
+constexpr int64_t kMaxMixturePosition = int64_t{1} << 48;
+// Smallest share of the total weight a source may have (2^-30).
+constexpr double kMinMixtureShare = 1.0 / (int64_t{1} << 30);
 
 struct MixtureParams {
   // Samples of each source (each > 0) and its weight (each finite and
@@ -84,15 +89,21 @@ class Mixture {
   // INVALID_ARGUMENT naming the source (by index) and what is wrong: no
   // sources or more than kMaxMixtureSources, sizes and weights of
   // different lengths, a size <= 0, a weight that is negative, zero, NaN
-  // or infinite, unit_samples < 1 (or != 1 with kSample), a source smaller
-  // than a unit, epoch_samples < 0 or smaller than a unit.
+  // or infinite, or a share of the total below kMinMixtureShare,
+  // unit_samples < 1 (or != 1 with kSample), a source smaller than a unit,
+  // sources of more than kMaxMixturePosition samples in all, epoch_samples
+  // < 0, above kMaxMixturePosition or smaller than a unit.
   static absl::StatusOr<Mixture> Create(const MixtureParams& params);
 
   const MixtureParams& params() const { return params_; }
   int num_sources() const { return static_cast<int>(weights_.size()); }
 
-  // Samples of loader epoch `epoch` (>= 0): L for kCycle; for
-  // kFirstExhausted, where that epoch's stream first runs a source out.
+  // INVALID_ARGUMENT unless loader epoch `epoch` can be planned: epoch >=
+  // 0 and, for kCycle, its stream positions below kMaxMixturePosition.
+  absl::Status CheckEpoch(int64_t epoch) const;
+
+  // Samples of loader epoch `epoch` (CheckEpoch(epoch) ok): L for kCycle;
+  // for kFirstExhausted, where that epoch's stream first runs a source out.
   int64_t EpochSamples(int64_t epoch) const;
 
   // The pick at `position` (0 <= position < EpochSamples(epoch)).

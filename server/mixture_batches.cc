@@ -3,13 +3,6 @@
 #include <algorithm>
 
 namespace stoker::server {
-namespace {
-
-// Two epochs of every source of a typical mixture.
-constexpr size_t kKeptOrders = 8;
-
-}  // namespace
-
 MixtureBatches::MixtureBatches(std::shared_ptr<const common::Mixture> mixture,
                                int64_t epoch, OrderFn order)
     : mixture_(std::move(mixture)), epoch_(epoch), order_(std::move(order)) {}
@@ -29,7 +22,9 @@ std::shared_ptr<const std::vector<int64_t>> MixtureBatches::OrderOf(
   std::shared_ptr<const std::vector<int64_t>> order = order_(source, epoch);
   absl::MutexLock lock(&mu_);
   kept_.insert(kept_.begin(), {key, order});
-  if (kept_.size() > kKeptOrders) kept_.pop_back();
+  // Two epochs of every source: a batch of a small source often spans two.
+  const size_t keep = 2 * static_cast<size_t>(mixture_->num_sources());
+  while (kept_.size() > keep) kept_.pop_back();
   return order;
 }
 

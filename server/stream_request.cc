@@ -218,6 +218,14 @@ absl::StatusOr<StreamSpec> ValidateMixtureRequest(
     return absl::InternalError("one dataset per mixture source expected");
   }
   for (int s = 0; s < plan.sources_size(); ++s) {
+    for (int t = 0; t < s; ++t) {
+      if (plan.sources(t).dataset() == plan.sources(s).dataset()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mixture sources ", t, " and ", s, " are both dataset ",
+            QuoteForStatus(plan.sources(s).dataset()),
+            "; give each dataset once"));
+      }
+    }
     if (absl::Status st = CheckFingerprint(
             *sources[s], plan.sources(s).expected_fingerprint());
         !st.ok()) {
@@ -264,6 +272,7 @@ absl::StatusOr<StreamSpec> ValidateMixtureRequest(
   mixture.epoch_samples = plan.mixture_epoch_samples();
   absl::StatusOr<common::Mixture> created = common::Mixture::Create(mixture);
   if (!created.ok()) return created.status();
+  if (absl::Status s = created->CheckEpoch(plan.epoch()); !s.ok()) return s;
   spec.params.num_samples = created->EpochSamples(plan.epoch());
   spec.mixture = std::make_shared<const common::Mixture>(*std::move(created));
   if (absl::Status s = FinishSpec(request, limits, &spec); !s.ok()) return s;

@@ -270,18 +270,20 @@ absl::Status Pipeline::Begin(
     loader = loader_.get();
     device = device_.get();
   }
-  absl::Status started = begin(loader);
+  // A start the loader refuses (a bad cursor) changes nothing: the
+  // loaders stay as they were.
+  if (absl::Status refused = begin(loader); !refused.ok()) return refused;
   // The loader's position before anything is delivered is the consumer's.
   const Cursor at = loader->cursor();
   absl::StatusOr<Position> position =
-      started.ok() ? Position::FromCursor(at, loader->epoch_batches())
-                   : absl::StatusOr<Position>(started);
-  if (position.ok() && phase == Phase::kFresh) started = device->Start(loader);
+      Position::FromCursor(at, loader->epoch_batches());
+  absl::Status started = position.status();
+  if (started.ok() && phase == Phase::kFresh) started = device->Start(loader);
   absl::MutexLock lock(&mu_);
-  if (!started.ok() || !position.ok()) {
-    // A refused cursor leaves fresh loaders as they were.
-    if (phase != Phase::kFresh || started.ok()) phase_ = Phase::kBroken;
-    return started.ok() ? position.status() : started;
+  if (!started.ok()) {
+    // The network loader runs: the next Start rebuilds.
+    phase_ = Phase::kBroken;
+    return started;
   }
   position_ = *std::move(position);
   cut_ = at.cut;

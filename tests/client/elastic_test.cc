@@ -220,6 +220,20 @@ TEST(ElasticTest, RefusesMixedOrIncompleteCursorLists) {
               HasSubstr("does not fit"));
 }
 
+TEST(ElasticTest, RanksTooFarApartAreRefusedWithWhatToDo) {
+  constexpr int64_t kN = 4000000;
+  std::multiset<int64_t> seen;
+  // Rank 1 is 1,100 batches of 256 ahead of rank 0: 281,600 positions
+  // past the first open one.
+  JobRun run = RunJob(kN, Shape{2, 256}, EpochStart{},
+                      [](int r, int64_t) { return Prefix(r == 0 ? 0 : 1100); },
+                      &seen);
+  absl::StatusOr<EpochStart> start = ContinueFrom(run.cursors, kN);
+  EXPECT_THAT(start.status().message(), HasSubstr("too far apart"));
+  // One rank's state treats the job as synchronous.
+  EXPECT_TRUE(ContinueFrom({run.cursors[1]}, kN).ok());
+}
+
 TEST(ElasticTest, RemainingPositionsSkipTheConsumedOnes) {
   common::EpochPlanParams p;
   p.num_samples = 20;
@@ -233,6 +247,18 @@ TEST(ElasticTest, RemainingPositionsSkipTheConsumedOnes) {
   }
   EXPECT_EQ(got, (std::vector<int64_t>{5, 8, 9, 11, 12, 13, 14, 15, 16, 17,
                                        18}));
+  // Dense runs of consumed positions: every remaining one is found.
+  p.consumed_prefix = 0;
+  p.consumed_after.clear();
+  for (int64_t c = 1; c < 19; ++c) {
+    if (c != 7) p.consumed_after.push_back(c);
+  }
+  plan = common::EpochPlan::Positions(p);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->RemainingPosition(0), 0);
+  EXPECT_EQ(plan->RemainingPosition(1), 7);
+  EXPECT_EQ(plan->RemainingPosition(2), 19);
+  p.consumed_prefix = 5;
   p.consumed_after = {6, 6};
   EXPECT_FALSE(common::EpochPlan::Positions(p).ok());
   p.consumed_after = {4};

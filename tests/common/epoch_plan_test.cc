@@ -504,7 +504,9 @@ TEST_F(EpochPlanTest, ConsumedPositionsAreLeftOutAndTheRestCutAsAnEpoch) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     // 35 remaining: 12 per rank (1 of padding), 3 batches each.
     EXPECT_EQ(plan->samples_per_rank(), 12);
-    if (batches >= 0) EXPECT_EQ(plan->num_batches(), batches);
+    if (batches >= 0) {
+      EXPECT_EQ(plan->num_batches(), batches);
+    }
     batches = plan->num_batches();
     for (int64_t b = 0; b < plan->num_batches(); ++b) {
       for (const int64_t sample : plan->BatchSamples(b)) seen.insert(sample);

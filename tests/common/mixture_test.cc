@@ -42,7 +42,9 @@ TEST(MixtureTest, EverySourcePicksItsSamplesInTurn) {
   std::vector<int64_t> picks(3, 0);
   const int64_t sizes[] = {50000, 300, 37};
   for (int64_t q = 0; q < 20000; ++q) {
-    if (q % 997 == 0) ASSERT_EQ(m.PicksBefore(0, q), picks) << q;
+    if (q % 997 == 0) {
+      ASSERT_EQ(m.PicksBefore(0, q), picks) << q;
+    }
     const MixturePick pick = m.At(0, q);
     ASSERT_GE(pick.source, 0);
     ASSERT_LT(pick.source, 3);
@@ -185,6 +187,49 @@ TEST(MixtureTest, IsDeterministicAndDependsOnTheSeed) {
   EXPECT_GT(differ, 50);
 }
 
+TEST(MixtureTest, StaysExactUpToTheLastEpochOfTheStream) {
+  const Mixture m = Make(ThreeSources());
+  const int64_t l = m.EpochSamples(0);
+  const int64_t last = kMaxMixturePosition / l - 1;
+  EXPECT_TRUE(m.CheckEpoch(0).ok());
+  EXPECT_TRUE(m.CheckEpoch(last).ok());
+  EXPECT_FALSE(m.CheckEpoch(last + 1).ok());
+  EXPECT_FALSE(m.CheckEpoch(-1).ok());
+  EXPECT_FALSE(m.CheckEpoch(std::numeric_limits<int64_t>::max()).ok());
+  // Near 2^48 the picks still go one by one through each source.
+  const int64_t from = l - 3000;
+  std::vector<int64_t> picks = m.PicksBefore(last, from);
+  const int64_t sizes[] = {50000, 300, 37};
+  for (int64_t q = from; q < l; ++q) {
+    if (q % 499 == 0) {
+      ASSERT_EQ(m.PicksBefore(last, q), picks) << q;
+    }
+    const MixturePick pick = m.At(last, q);
+    const int64_t j = picks[pick.source]++;
+    ASSERT_EQ(pick.source_epoch, j / sizes[pick.source]) << q;
+    ASSERT_EQ(pick.position, j % sizes[pick.source]) << q;
+  }
+}
+
+TEST(MixtureTest, ExtremeSharesAreRefusedAndRareSourcesStayCheap) {
+  MixtureParams p;
+  p.source_samples = {1000, 10000000};
+  p.weights = {1, 1e-300};
+  EXPECT_THAT(Mixture::Create(p).status().message(),
+              HasSubstr("share below 2^-30"));
+  p.weights = {1e300, 1e-30};
+  EXPECT_FALSE(Mixture::Create(p).ok());
+  // A share just above the floor: the rare source would run out far past
+  // the stream's end (its times are counted up to there, not one by one),
+  // so the common source ends the epoch, with the rare one's few samples.
+  p.weights = {1, 1e-9};
+  p.mode = MixtureMode::kFirstExhausted;
+  p.source_samples = {int64_t{1} << 40, 10000000};
+  const Mixture rare = Make(p);
+  EXPECT_NEAR(static_cast<double>(rare.EpochSamples(0)),
+              static_cast<double>((int64_t{1} << 40) + 1100), 2);
+}
+
 TEST(MixtureTest, RefusesBadWeightsAndSizes) {
   auto error = [](MixtureParams p) {
     return Mixture::Create(p).status();
@@ -214,6 +259,11 @@ TEST(MixtureTest, RefusesBadWeightsAndSizes) {
   p = ThreeSources();
   p.epoch_samples = -1;
   EXPECT_THAT(error(p).message(), HasSubstr("epoch_samples"));
+  p.epoch_samples = kMaxMixturePosition + 1;
+  EXPECT_THAT(error(p).message(), HasSubstr("epoch_samples"));
+  p = ThreeSources();
+  p.source_samples = {kMaxMixturePosition, 300, 37};
+  EXPECT_THAT(error(p).message(), HasSubstr("more than"));
 }
 
 }  // namespace

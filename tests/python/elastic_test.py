@@ -129,6 +129,32 @@ class ElasticTest(unittest.TestCase):
         self.assertLess(len(together) - SAMPLES, 3)
         self.assertFalse(set(first) & set(second[:SAMPLES - len(first)]))
 
+    def test_a_rank_that_finished_the_epoch_counts_too(self):
+        # Rank 3 went through its 5 batches; its state is between epochs
+        # but carries the cursor it ended with.
+        first, states = self.first_job(lambda rank: 5 if rank == 3 else 2)
+        self.assertIsNone(states[3]["cursor"])
+        self.assertEqual(states[3]["epoch"], 1)
+        self.assertIn("ended", states[3])
+        second, counts, _ = self.second_job(3, 3, states)
+        self.assertEqual(len(set(counts)), 1, counts)
+        together = first + second
+        self.assertEqual(sorted(set(together)), sorted(self.reference))
+        self.assertLess(len(together) - SAMPLES, 3)
+
+    def test_a_pending_resume_is_saved_and_loaded_again(self):
+        first, states = self.first_job(lambda rank: 1 + rank % 2)
+        with loader(3, 1, 4) as direct:
+            direct.load_state_dict(states)
+            expected = take(direct)[0]
+        with loader(3, 1, 4) as ld:
+            ld.load_state_dict(states)
+            again = ld.state_dict()  # before iterating: the pending resume
+            self.assertIsInstance(again["cursor"], list)
+        with loader(3, 1, 4) as ld:
+            ld.load_state_dict(again)
+            self.assertEqual(take(ld)[0], expected)
+
     def test_same_shape_resumes_exactly_and_other_plans_are_refused(self):
         _, states = self.first_job(lambda rank: 2)
         with loader(4, 2, 3) as ld:

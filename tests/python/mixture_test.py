@@ -218,6 +218,17 @@ class MixtureTest(unittest.TestCase):
         with mixture(mixture_unit="batch", batch_size=3) as ld:
             with self.assertRaisesRegex(ValueError, "mixture differs"):
                 ld.load_state_dict(state)
+        # Per batch, only a synchronous job's state continues elastically.
+        uneven = []
+        for rank in range(2):
+            with mixture(mixture_unit="batch", batch_size=2, rank=rank,
+                         world_size=2) as ld:
+                samples(ld, batches=1 + rank)
+                uneven.append(ld.state_dict())
+        with mixture(mixture_unit="batch", batch_size=4) as ld:
+            with self.assertRaisesRegex(ValueError, "same step"):
+                ld.load_state_dict(uneven)
+                next(iter(ld))
 
     def test_stoker_fetch_resumes_a_mixture_on_another_world_size(self):
         # The C++ client: 4 ranks stop after 2 batches and print their

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +30,11 @@ class StreamRequestTest : public ::testing::Test {
             stoker::testing::SmallShards(2, 5, 3), "train");
     ASSERT_TRUE(dataset.ok()) << dataset.status();
     dataset_ = *std::move(dataset);
+    absl::StatusOr<std::unique_ptr<Dataset>> other =
+        stoker::testing::WriteAndOpenDataset(
+            stoker::testing::SmallShards(1, 4, 3), "other");
+    ASSERT_TRUE(other.ok()) << other.status();
+    other_ = *std::move(other);
   }
 
   // A valid request: batches of 4 crops of 8x6.
@@ -47,6 +53,8 @@ class StreamRequestTest : public ::testing::Test {
 
   StreamLimits limits_{int64_t{1} << 20, int64_t{1} << 30, 1 << 20};
   std::unique_ptr<Dataset> dataset_;
+  // A second dataset, for mixtures.
+  std::unique_ptr<Dataset> other_;
 };
 
 TEST_F(StreamRequestTest, ValidRequestGivesTheStreamsShapeAndPlan) {
@@ -188,14 +196,14 @@ TEST_F(StreamRequestTest, RefusesABadTransform) {
       ValidateStreamRequest(request, *dataset_, limits_).status()));
 }
 
-// A mixture of the fixture's dataset with itself (the server does not
-// mind; the client refuses a dataset listed twice).
+// A mixture of the fixture's two datasets, weights 3 : 1.
 v1::StreamBatchesRequest MixtureRequest(v1::StreamBatchesRequest request) {
   v1::EpochPlanSpec* plan = request.mutable_plan();
   plan->clear_dataset();
-  for (const double weight : {3.0, 1.0}) {
+  for (const auto& [name, weight] :
+       {std::pair<const char*, double>{"train", 3.0}, {"other", 1.0}}) {
     v1::MixtureSource* source = plan->add_sources();
-    source->set_dataset("train");
+    source->set_dataset(name);
     source->set_weight(weight);
   }
   return request;
@@ -205,12 +213,13 @@ TEST_F(StreamRequestTest, MixtureGivesItsEpochLengthAndSourceTransforms) {
   v1::StreamBatchesRequest request = MixtureRequest(Request());
   *request.mutable_plan()->mutable_sources(1)->mutable_transform() =
       *image::ParseTransform("RandomResizedCrop((6, 8))");
-  const std::vector<const Dataset*> sources = {dataset_.get(), dataset_.get()};
+  const std::vector<const Dataset*> sources = {dataset_.get(), other_.get()};
   absl::StatusOr<StreamSpec> spec =
       ValidateMixtureRequest(request, sources, limits_);
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_NE(spec->mixture, nullptr);
-  EXPECT_EQ(spec->params.num_samples, 2 * dataset_->sample_count());
+  EXPECT_EQ(spec->params.num_samples,
+            dataset_->sample_count() + other_->sample_count());
   ASSERT_EQ(spec->source_transforms.size(), 2u);
   EXPECT_EQ(spec->source_transforms[0], spec->transform);
   EXPECT_NE(spec->source_transforms[1], spec->transform);
@@ -221,7 +230,7 @@ TEST_F(StreamRequestTest, MixtureGivesItsEpochLengthAndSourceTransforms) {
 }
 
 TEST_F(StreamRequestTest, RefusesBadMixtures) {
-  const std::vector<const Dataset*> sources = {dataset_.get(), dataset_.get()};
+  const std::vector<const Dataset*> sources = {dataset_.get(), other_.get()};
   auto refused = [&](const v1::StreamBatchesRequest& request,
                      absl::StatusCode code, const std::string& message) {
     const absl::Status status =
@@ -249,11 +258,27 @@ TEST_F(StreamRequestTest, RefusesBadMixtures) {
   refused(request, absl::StatusCode::kInvalidArgument, "not a mixture");
   request = MixtureRequest(Request());
   request.mutable_plan()->set_mixture_unit(v1::MIXTURE_UNIT_BATCH);
-  request.mutable_plan()->set_batch_size(dataset_->sample_count() + 1);
+  request.mutable_plan()->set_batch_size(other_->sample_count() + 1);
   refused(request, absl::StatusCode::kInvalidArgument, "fewer than one unit");
   request = MixtureRequest(Request());
   request.mutable_plan()->set_mixture_mode(static_cast<v1::MixtureMode>(9));
   refused(request, absl::StatusCode::kInvalidArgument, "mixture_mode");
+  request = MixtureRequest(Request());
+  request.mutable_plan()->set_epoch(-1);
+  refused(request, absl::StatusCode::kInvalidArgument, "epoch must be >= 0");
+  request = MixtureRequest(Request());
+  request.mutable_plan()->set_mixture_epoch_samples(int64_t{1} << 47);
+  request.mutable_plan()->set_epoch(2);
+  refused(request, absl::StatusCode::kInvalidArgument, "2^48");
+  request = MixtureRequest(Request());
+  request.mutable_plan()->set_mixture_epoch_samples(int64_t{1} << 62);
+  refused(request, absl::StatusCode::kInvalidArgument, "epoch_samples");
+  request = MixtureRequest(Request());
+  request.mutable_plan()->mutable_sources(1)->set_dataset("train");
+  const std::vector<const Dataset*> twice = {dataset_.get(), dataset_.get()};
+  const absl::Status status =
+      ValidateMixtureRequest(request, twice, limits_).status();
+  EXPECT_THAT(status.message(), HasSubstr("give each dataset once"));
 }
 
 TEST(RequestedRangeTest, EndZeroMeansTheEpochsEnd) {

@@ -876,6 +876,9 @@ class Loader:
         self._next_epoch = 0
         self._resume: list[str] | None = None
         self._resume_epoch = 0
+        # A loaded between-epochs state's "ended" cursor, given back by
+        # state_dict() until the next iteration.
+        self._loaded_ended: str | None = None
         # The epoch of the latest iteration; whether it has not finished.
         self._epoch: int | None = None
         self._in_progress = False
@@ -984,6 +987,7 @@ class Loader:
         epoch = _int_arg("epoch", epoch, 0)
         if self._resume is not None and self._resume_epoch != epoch:
             self._resume = None
+        self._loaded_ended = None
         self._next_epoch = epoch
         self._in_progress = False
         self._generation += 1
@@ -1006,6 +1010,7 @@ class Loader:
 
     def _iterate(self, with_info: bool) -> _EpochIterator:
         pipeline = self._open()
+        self._loaded_ended = None
         if self._resume is not None:
             pipeline.start(self._resume)
             # An exhausted cursor continues with the next epoch.
@@ -1179,24 +1184,36 @@ class Loader:
         see load_state_dict)."""
         pipeline = self._open()
         cursor: str | list[str] | None = None
+        ended: str | None = None
         epoch = self._next_epoch
         if self._resume is not None:
             cursor = (self._resume[0] if len(self._resume) == 1
                       else list(self._resume))
             epoch = self._resume_epoch
-        elif self._in_progress:
+        else:
             text = pipeline.cursor()
             position = _stoker.parse_cursor(text)
-            if position["next_batch"] < pipeline.epoch_batches:
+            if self._in_progress and (position["next_batch"] <
+                                      pipeline.epoch_batches):
                 cursor = text
                 epoch = position["epoch"]
-        return {
+            elif (position["epoch"] == epoch - 1 and
+                  position["next_batch"] >= pipeline.epoch_batches):
+                # The epoch just finished: its cursor lets a list of every
+                # rank's states include this one while others are mid-epoch.
+                ended = text
+            elif not self._in_progress:
+                ended = self._loaded_ended
+        state: dict[str, Any] = {
             "version": _STATE_VERSION,
             "plan_id": pipeline.plan_id,
             "plan": pipeline.plan_facts,
             "epoch": epoch,
             "cursor": cursor,
         }
+        if ended is not None:
+            state["ended"] = ended
+        return state
 
     def load_state_dict(
             self, state_dict: dict[str, Any] | Sequence[dict[str, Any]]
@@ -1222,6 +1239,18 @@ class Loader:
                   else [state_dict])
         if not states:
             raise _invalid("load_state_dict got an empty list of states")
+        # Ranks that finished the epoch the others are still in: the
+        # cursor they ended it with stands for them.
+        mid = {s.get("epoch") for s in states
+               if isinstance(s, dict) and s.get("cursor") is not None}
+        if len(states) > 1 and len(mid) == 1:
+            e = next(iter(mid))
+            states = [
+                dict(s, epoch=e, cursor=s["ended"])
+                if (isinstance(s, dict) and s.get("cursor") is None and
+                    isinstance(s.get("ended"), str) and
+                    s.get("epoch") == (e + 1 if isinstance(e, int) else e))
+                else s for s in states]
         cursors: list[str] = []
         epochs = set()
         for state in states:
@@ -1261,12 +1290,17 @@ class Loader:
             raise _invalid(f"the states are of different epochs {sorted(epochs)}"
                            "; save every rank's state at the same step")
         epoch = epochs.pop()
-        if cursors and len(cursors) != len(states):
+        with_cursor = sum(1 for s in states if s["cursor"] is not None)
+        if with_cursor and with_cursor != len(states):
             # Some ranks had finished the epoch (cursor None): their states
             # say nothing about the others' batches.
             raise _invalid("some states are between epochs and some are not; "
                            "give the states of one step")
         self._resume = cursors or None
+        self._loaded_ended = None
+        if not cursors and len(states) == 1:
+            saved = states[0].get("ended")
+            self._loaded_ended = saved if isinstance(saved, str) else None
         self._resume_epoch = epoch
         self._next_epoch = epoch
         self._in_progress = False
