@@ -9,11 +9,12 @@
 // Checked, beyond "no crash, no sanitizer report", as the headers promise:
 // GetDatasetInfo succeeds exactly for "tiny" and otherwise says NOT_FOUND;
 // OpenStream fails only with the documented codes, and succeeds only for a
-// request whose dataset, fingerprint, transform, batching and batch size are
-// acceptable; after Cancel, Poll returns kEnd.
+// request whose dataset (or mixture of it), fingerprint, transform, batching
+// and batch size are acceptable; after Cancel, Poll returns kEnd.
 
 #include <stdlib.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -126,10 +127,30 @@ class Environment {
 bool LooksAcceptable(const v1::StreamBatchesRequest& request,
                      const std::string& fingerprint) {
   const v1::EpochPlanSpec& plan = request.plan();
-  if (plan.dataset() != kDataset) return false;
-  if (!request.expected_fingerprint().empty() &&
-      request.expected_fingerprint() != fingerprint) {
-    return false;
+  if (plan.sources().empty()) {
+    if (plan.dataset() != kDataset) return false;
+    if (!request.expected_fingerprint().empty() &&
+        request.expected_fingerprint() != fingerprint) {
+      return false;
+    }
+  } else {
+    // A mixture of the one dataset: named once, a finite weight > 0, the
+    // fingerprint if given, no cache mode, and its own transform (if any)
+    // of the plan's output size.
+    if (!plan.dataset().empty() || plan.sources_size() != 1) return false;
+    const v1::MixtureSource& source = plan.sources(0);
+    if (source.dataset() != kDataset || !std::isfinite(source.weight()) ||
+        !(source.weight() > 0) ||
+        (!source.expected_fingerprint().empty() &&
+         source.expected_fingerprint() != fingerprint) ||
+        request.cache_mode() != v1::CACHE_MODE_NONE) {
+      return false;
+    }
+    if (source.has_transform() &&
+        image::OutputSize(source.transform()) !=
+            image::OutputSize(plan.transform())) {
+      return false;
+    }
   }
   absl::StatusOr<std::pair<int, int>> size =
       image::OutputSize(plan.transform());

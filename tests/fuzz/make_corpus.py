@@ -373,6 +373,17 @@ def data_service_corpus():
         "fields_no_image": f'plan {{ dataset: "tiny" {flip} batch_size: 2 '
                            f'world_size: 1 fields {{ name: "m" '
                            f'extensions: "png" role: FIELD_ROLE_MASK }} }}',
+        "elastic": f'plan {{ dataset: "tiny" {flip} batch_size: 2 '
+                   f'world_size: 2 rank: 1 consumed_prefix: 3 '
+                   f'consumed_positions: 5 consumed_positions: 6 }}',
+        "mixture": f'plan {{ {flip} batch_size: 2 world_size: 1 seed: 4 '
+                   f'sources {{ dataset: "tiny" weight: 0.5 }} '
+                   f'mixture_mode: MIXTURE_MODE_FIRST_EXHAUSTED '
+                   f'mixture_epoch_samples: 7 }}',
+        "mixture_batch": f'plan {{ {flip} batch_size: 2 world_size: 2 '
+                         f'sources {{ dataset: "tiny" weight: 2 '
+                         f'{center} }} mixture_unit: MIXTURE_UNIT_BATCH '
+                         f'consumed_prefix: 4 epoch: 3 }}',
     }
     for name, text in requests.items():
         write("data_service", name,
