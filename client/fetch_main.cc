@@ -202,28 +202,22 @@ absl::Status ReadMixture(LoaderOptions* options) {
     source.set_dataset(std::string(item.substr(0, colon)));
     source.set_weight(weight);
   }
-  const std::string mode = absl::GetFlag(FLAGS_mixture_mode);
-  if (mode == "cycle") {
-    options->mixture_mode = stoker::v1::MIXTURE_MODE_CYCLE;
-  } else if (mode == "first_exhausted") {
-    options->mixture_mode = stoker::v1::MIXTURE_MODE_FIRST_EXHAUSTED;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--mixture_mode must be cycle or first_exhausted, got '", mode, "'"));
+  absl::StatusOr<stoker::v1::MixtureMode> mode =
+      stoker::client::ParseMixtureMode(absl::GetFlag(FLAGS_mixture_mode));
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mixture_mode: ", mode.status().message()));
   }
-  const std::string unit = absl::GetFlag(FLAGS_mixture_unit);
-  if (unit == "sample") {
-    options->mixture_unit = stoker::v1::MIXTURE_UNIT_SAMPLE;
-  } else if (unit == "batch") {
-    options->mixture_unit = stoker::v1::MIXTURE_UNIT_BATCH;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--mixture_unit must be sample or batch, got '", unit, "'"));
+  absl::StatusOr<stoker::v1::MixtureUnit> unit =
+      stoker::client::ParseMixtureUnit(absl::GetFlag(FLAGS_mixture_unit));
+  if (!unit.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mixture_unit: ", unit.status().message()));
   }
+  options->mixture_mode = *mode;
+  options->mixture_unit = *unit;
+  // Checked with the other options by Loader::Create.
   options->mixture_epoch_samples = absl::GetFlag(FLAGS_mixture_epoch_samples);
-  if (options->mixture_epoch_samples < 0) {
-    return absl::InvalidArgumentError("--mixture_epoch_samples must be >= 0");
-  }
   return absl::OkStatus();
 }
 
@@ -405,8 +399,8 @@ absl::Status Consume(int64_t epoch, const HostBatch& batch, Sinks* sinks) {
   if (sinks->keys_out != nullptr) {
     for (size_t i = 0; i < batch.keys.size(); ++i) {
       *sinks->keys_out << epoch << ' ';
-      if (i < batch.sources.size() && batch.sources[i] >= 0 &&
-          batch.sources[i] < static_cast<int32_t>(sinks->sources.size())) {
+      // (The loader checked every source against the mixture.)
+      if (!batch.sources.empty()) {
         *sinks->keys_out << sinks->sources[batch.sources[i]] << '/';
       }
       *sinks->keys_out << batch.keys[i] << '\n';
@@ -443,10 +437,8 @@ void PrintTotals(const Loader& loader, const Sinks& sinks, int64_t images,
     // Samples delivered per mixture source.
     std::string line = "sources:";
     for (size_t s = 0; s < sinks.sources.size(); ++s) {
-      const int64_t n = s < stats.samples_by_source.size()
-                            ? stats.samples_by_source[s]
-                            : 0;
-      absl::StrAppend(&line, " ", sinks.sources[s], "=", n);
+      absl::StrAppend(&line, " ", sinks.sources[s], "=",
+                      stats.samples_by_source[s]);
     }
     std::printf("%s\n", line.c_str());
   }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <future>
 #include <optional>
 #include <utility>
@@ -18,6 +17,7 @@
 #include "client/stream_reader.h"
 #include "common/epoch_plan.h"
 #include "common/grpc_status.h"
+#include "common/mixture_spec.h"
 #include "image/ops/transform.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/stoker.grpc.pb.h"
@@ -75,14 +75,20 @@ absl::StatusOr<v1::GetDatasetInfoResponse> FetchOne(
   return response;
 }
 
-// `options.dataset`, or "mixture(a, b, c)" for a mixture (for messages).
-std::string MixtureName(const LoaderOptions& options) {
-  if (options.mixture.empty()) return options.dataset;
+// The datasets of a mixture, in order.
+std::vector<std::string> SourceNames(const LoaderOptions& options) {
   std::vector<std::string> names;
   for (const v1::MixtureSource& source : options.mixture) {
     names.push_back(source.dataset());
   }
-  return absl::StrCat("mixture(", absl::StrJoin(names, ", "), ")");
+  return names;
+}
+
+// `options.dataset`, or "mixture(a, b, c)" for a mixture (for messages).
+std::string MixtureName(const LoaderOptions& options) {
+  if (options.mixture.empty()) return options.dataset;
+  return absl::StrCat("mixture(", absl::StrJoin(SourceNames(options), ", "),
+                      ")");
 }
 
 // Asks the server at `address` (through `stub`) for the dataset(s)
@@ -99,19 +105,17 @@ absl::StatusOr<ServedData> FetchServedData(const LoaderOptions& options,
     served.source_samples.push_back(served.merged.sample_count());
     return served;
   }
-  std::vector<std::string> fingerprints;
   int64_t total = 0;
   for (const v1::MixtureSource& source : options.mixture) {
     absl::StatusOr<v1::GetDatasetInfoResponse> info =
         FetchOne(options, address, source.dataset(), stub);
     if (!info.ok()) return info.status();
-    fingerprints.push_back(info->fingerprint());
     served.source_fingerprints.push_back(info->fingerprint());
     served.source_samples.push_back(info->sample_count());
     total += info->sample_count();
   }
   served.merged.set_dataset(MixtureName(options));
-  served.merged.set_fingerprint(absl::StrJoin(fingerprints, ","));
+  served.merged.set_fingerprint(absl::StrJoin(served.source_fingerprints, ","));
   served.merged.set_sample_count(total);
   return served;
 }
@@ -132,6 +136,19 @@ absl::Status ValidateOptions(const LoaderOptions& options) {
       !s.ok()) {
     return s;
   }
+  std::vector<double> weights;
+  for (const v1::MixtureSource& source : options.mixture) {
+    weights.push_back(source.weight());
+  }
+  if (absl::Status s = common::ValidateMixtureWeights(weights); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(MixtureName(options), ": ",
+                                               s.message()));
+  }
+  if (options.mixture_epoch_samples < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mixture_epoch_samples must be >= 0 (0: the sources' total), got ",
+        options.mixture_epoch_samples));
+  }
   for (size_t i = 0; i < options.mixture.size(); ++i) {
     const v1::MixtureSource& source = options.mixture[i];
     const std::string which = absl::StrCat(
@@ -146,11 +163,6 @@ absl::Status ValidateOptions(const LoaderOptions& options) {
             which, " is listed twice; give each dataset once, with the sum "
             "of its weights"));
       }
-    }
-    if (!std::isfinite(source.weight()) || source.weight() <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the weight of ", which, " must be a finite number > 0, got ",
-          source.weight()));
     }
     if (source.has_transform()) {
       if (!options.fields.empty()) {
@@ -185,28 +197,11 @@ absl::Status ValidateOptions(const LoaderOptions& options) {
   return absl::OkStatus();
 }
 
-// The mixture `options` asks for over sources of `sizes` samples.
-common::MixtureParams MixtureParamsOf(const LoaderOptions& options,
-                                      const std::vector<int64_t>& sizes) {
-  common::MixtureParams params;
-  params.source_samples = sizes;
-  for (const v1::MixtureSource& source : options.mixture) {
-    params.weights.push_back(source.weight());
-  }
-  params.seed = options.seed;
-  params.mode = options.mixture_mode == v1::MIXTURE_MODE_FIRST_EXHAUSTED
-                    ? common::MixtureMode::kFirstExhausted
-                    : common::MixtureMode::kCycle;
-  if (options.mixture_unit == v1::MIXTURE_UNIT_BATCH) {
-    params.unit = common::MixtureUnit::kBatch;
-    params.unit_samples = int64_t{options.world_size} * options.batch_size;
-  }
-  params.epoch_samples = options.mixture_epoch_samples;
-  return params;
-}
-
+// The plan's identity; `mixture` is the mixture's canonical text ("" for
+// one dataset).
 PlanIdentity IdentityOf(const LoaderOptions& options,
-                        const std::string& fingerprint) {
+                        const std::string& fingerprint,
+                        const std::string& mixture) {
   PlanIdentity plan;
   plan.fingerprint = fingerprint;
   plan.dataset = options.dataset;
@@ -219,20 +214,7 @@ PlanIdentity IdentityOf(const LoaderOptions& options,
   plan.shuffle = options.shuffle;
   plan.shuffle_window = options.shuffle_window;
   plan.drop_last = options.drop_last;
-  if (!options.mixture.empty()) {
-    std::vector<std::string> names;
-    common::MixtureParams params = MixtureParamsOf(options, {});
-    for (const v1::MixtureSource& source : options.mixture) {
-      names.push_back(source.dataset());
-    }
-    plan.mixture = common::FormatMixture(names, params);
-    for (const v1::MixtureSource& source : options.mixture) {
-      if (source.has_transform()) {
-        absl::StrAppend(&plan.mixture, "|", source.dataset(), ":",
-                        image::FormatTransform(source.transform()));
-      }
-    }
-  }
+  plan.mixture = mixture;
   return plan;
 }
 
@@ -464,19 +446,34 @@ absl::Status Loader::SetPlan(const ServedData& reference) {
   classes_.assign(reference.merged.classes().begin(),
                   reference.merged.classes().end());
   source_fingerprints_ = reference.source_fingerprints;
+  std::string mixture_text;
   if (!options_.mixture.empty()) {
-    absl::StatusOr<common::Mixture> mixture = common::Mixture::Create(
-        MixtureParamsOf(options_, reference.source_samples));
+    // The same reading of the mixture the servers make of the request.
+    absl::StatusOr<common::MixtureParams> params = common::MixtureParamsOf(
+        PlanSpec(), reference.source_samples);
+    absl::StatusOr<common::Mixture> mixture =
+        params.ok() ? common::Mixture::Create(*params)
+                    : absl::StatusOr<common::Mixture>(params.status());
     if (!mixture.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(MixtureName(options_), ": ", mixture.status().message()));
     }
     mixture_ = std::make_shared<const common::Mixture>(*std::move(mixture));
+    mixture_text = common::FormatMixture(SourceNames(options_), *params);
+    for (const v1::MixtureSource& source : options_.mixture) {
+      if (source.has_transform()) {
+        absl::StrAppend(&mixture_text, "|", source.dataset(), ":",
+                        image::FormatTransform(source.transform()));
+      }
+    }
+    absl::MutexLock lock(&stats_mu_);
+    stats_.samples_by_source.assign(options_.mixture.size(), 0);
   }
   absl::StatusOr<int64_t> batches = BatchesAfter(EpochStart());
   if (!batches.ok()) return batches.status();
   num_batches_ = *batches;
-  const PlanIdentity identity = IdentityOf(options_, fingerprint_);
+  const PlanIdentity identity =
+      IdentityOf(options_, fingerprint_, mixture_text);
   facts_ = FactsOf(identity);
   plan_id_ = DataPlanId(facts_);
   legacy_plan_id_ = ComputePlanId(identity);
@@ -584,30 +581,35 @@ absl::StatusOr<int64_t> Loader::BatchesAfter(const EpochStart& start) const {
   return plan->num_batches();
 }
 
-v1::StreamBatchesRequest Loader::MakeRequest(const EpochStart& start,
-                                             const Lease& lease) const {
-  const int64_t epoch = start.epoch;
-  v1::StreamBatchesRequest request;
-  v1::EpochPlanSpec* plan = request.mutable_plan();
-  plan->set_dataset(options_.dataset);
+v1::EpochPlanSpec Loader::PlanSpec() const {
+  v1::EpochPlanSpec plan;
+  plan.set_dataset(options_.dataset);
   for (size_t s = 0; s < options_.mixture.size(); ++s) {
-    v1::MixtureSource* source = plan->add_sources();
+    v1::MixtureSource* source = plan.add_sources();
     *source = options_.mixture[s];
     source->set_expected_fingerprint(source_fingerprints_[s]);
   }
-  plan->set_mixture_mode(options_.mixture_mode);
-  plan->set_mixture_unit(options_.mixture_unit);
-  plan->set_mixture_epoch_samples(options_.mixture_epoch_samples);
-  *plan->mutable_transform() = options_.transform;
-  plan->mutable_fields()->Add(options_.fields.begin(), options_.fields.end());
-  plan->set_batch_size(options_.batch_size);
-  plan->set_seed(options_.seed);
-  plan->set_epoch(epoch);
-  plan->set_rank(options_.rank);
-  plan->set_world_size(options_.world_size);
-  plan->set_shuffle(options_.shuffle);
-  if (options_.shuffle) plan->set_shuffle_window(options_.shuffle_window);
-  plan->set_drop_last(options_.drop_last);
+  plan.set_mixture_mode(options_.mixture_mode);
+  plan.set_mixture_unit(options_.mixture_unit);
+  plan.set_mixture_epoch_samples(options_.mixture_epoch_samples);
+  *plan.mutable_transform() = options_.transform;
+  plan.mutable_fields()->Add(options_.fields.begin(), options_.fields.end());
+  plan.set_batch_size(options_.batch_size);
+  plan.set_seed(options_.seed);
+  plan.set_rank(options_.rank);
+  plan.set_world_size(options_.world_size);
+  plan.set_shuffle(options_.shuffle);
+  if (options_.shuffle) plan.set_shuffle_window(options_.shuffle_window);
+  plan.set_drop_last(options_.drop_last);
+  return plan;
+}
+
+v1::StreamBatchesRequest Loader::MakeRequest(const EpochStart& start,
+                                             const Lease& lease) const {
+  v1::StreamBatchesRequest request;
+  v1::EpochPlanSpec* plan = request.mutable_plan();
+  *plan = PlanSpec();
+  plan->set_epoch(start.epoch);
   plan->set_consumed_prefix(start.consumed_prefix);
   plan->mutable_consumed_positions()->Add(start.consumed_after.begin(),
                                           start.consumed_after.end());
@@ -629,6 +631,20 @@ absl::StatusOr<v1::CacheMode> ParseCacheMode(absl::string_view text) {
   if (lower == "cached_raw") return v1::CACHE_MODE_CACHED_RAW;
   return absl::InvalidArgumentError(absl::StrCat(
       "cache mode must be none, replay or cached_raw, got '", text, "'"));
+}
+
+absl::StatusOr<v1::MixtureMode> ParseMixtureMode(absl::string_view text) {
+  if (text == "cycle") return v1::MIXTURE_MODE_CYCLE;
+  if (text == "first_exhausted") return v1::MIXTURE_MODE_FIRST_EXHAUSTED;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mixture mode must be cycle or first_exhausted, got '", text, "'"));
+}
+
+absl::StatusOr<v1::MixtureUnit> ParseMixtureUnit(absl::string_view text) {
+  if (text == "sample") return v1::MIXTURE_UNIT_SAMPLE;
+  if (text == "batch") return v1::MIXTURE_UNIT_BATCH;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mixture unit must be sample or batch, got '", text, "'"));
 }
 
 v1::ClientReport Loader::TakeReport() {
@@ -1026,9 +1042,10 @@ absl::Status Loader::Resume(const std::vector<Cursor>& cursors) {
     if (!position.ok()) return position.status();
     return StartAt(whole, *position);
   }
-  if (options_.mixture_unit == v1::MIXTURE_UNIT_BATCH) {
-    // The unit (a global batch) is part of the plan.
-    const int64_t unit = int64_t{options_.world_size} * options_.batch_size;
+  // A mixture drawn per batch: its unit (a global batch) is part of the plan.
+  const bool per_batch = options_.mixture_unit == v1::MIXTURE_UNIT_BATCH;
+  const int64_t unit = int64_t{options_.world_size} * options_.batch_size;
+  if (per_batch) {
     for (const Cursor& c : cursors) {
       const int64_t saved = int64_t{c.cut.world_size} * c.cut.batch_size;
       if (saved != unit) {
@@ -1074,17 +1091,12 @@ absl::Status Loader::Resume(const std::vector<Cursor>& cursors) {
     }
     position = *std::move(exact);
   } else {
-    if (mixture_ != nullptr) {
-      if (absl::Status s = mixture_->CheckEpoch(first.epoch); !s.ok()) {
-        return s;
-      }
-    }
+    // (BatchesAfter below refuses an epoch the mixture cannot plan.)
     absl::StatusOr<EpochStart> continued =
         ContinueFrom(cursors, EpochSamples(first.epoch));
     if (!continued.ok()) return continued.status();
     start = *std::move(continued);
-    const int64_t unit = int64_t{options_.world_size} * options_.batch_size;
-    if (options_.mixture_unit == v1::MIXTURE_UNIT_BATCH &&
+    if (per_batch &&
         (start.consumed_prefix % unit != 0 || !start.consumed_after.empty())) {
       // A step would mix the sources of two units.
       return absl::InvalidArgumentError(
@@ -1161,14 +1173,9 @@ absl::StatusOr<HostBatch> Loader::Next() {
     stats_.samples += batch->n;
     stats_.pixel_bytes += batch->pixels.size();
     stats_.skipped_samples += batch->skipped.size();
-    if (mixture_ != nullptr) {
-      stats_.samples_by_source.resize(options_.mixture.size(), 0);
-      for (const int32_t source : batch->sources) {
-        if (source >= 0 &&
-            source < static_cast<int32_t>(stats_.samples_by_source.size())) {
-          ++stats_.samples_by_source[source];
-        }
-      }
+    // Sized by SetPlan; Accept checked every source.
+    for (const int32_t source : batch->sources) {
+      ++stats_.samples_by_source[source];
     }
   }
   return batch;

@@ -190,7 +190,8 @@ struct LoaderStats {
   int64_t shared_memory_batches = 0;
   // Batches received per server address.
   std::map<std::string, int64_t> batches_by_server;
-  // A mixture: samples delivered per source (LoaderOptions::mixture order).
+  // A mixture: samples delivered per source (LoaderOptions::mixture order;
+  // empty for one dataset).
   std::vector<int64_t> samples_by_source;
 };
 
@@ -206,6 +207,11 @@ struct ServedData {
 // "none", "replay" or "cached_raw" (case-insensitive). InvalidArgument
 // otherwise.
 absl::StatusOr<v1::CacheMode> ParseCacheMode(absl::string_view text);
+
+// "cycle" or "first_exhausted"; "sample" or "batch" (LoaderOptions::
+// mixture_mode and mixture_unit). InvalidArgument otherwise.
+absl::StatusOr<v1::MixtureMode> ParseMixtureMode(absl::string_view text);
+absl::StatusOr<v1::MixtureUnit> ParseMixtureUnit(absl::string_view text);
 
 // Starts the local servers `options` names ("local" among its servers) and
 // puts their addresses in its place; returns them (null without "local").
@@ -357,6 +363,10 @@ class Loader : public BatchSource {
   // Positions of epoch `epoch`'s order: the dataset's samples, or the
   // mixture's epoch length.
   int64_t EpochSamples(int64_t epoch) const;
+  // The plan's part of every request (and of the mixture's reading):
+  // everything but the epoch and its consumed positions. After SetPlan has
+  // the sources' fingerprints.
+  v1::EpochPlanSpec PlanSpec() const;
   v1::StreamBatchesRequest MakeRequest(const EpochStart& start,
                                        const Lease& lease) const;
   // The consumer's starvation and rate (see ReportWindow), sent with every

@@ -193,12 +193,10 @@ void EpochPlan::BatchPositions(int64_t b, std::vector<int64_t>* out) const {
   out->reserve(size);
   const int64_t m = remaining_;
   const int64_t w = params_.world_size;
-  const bool gaps = !params_.consumed_after.empty();
   // Index in the padded remainder of this batch's first entry.
   int64_t pos = params_.rank + b * params_.batch_size * w;
   for (int64_t k = 0; k < size; ++k, pos += w) {
-    const int64_t i = pos % m;
-    out->push_back(gaps ? RemainingPosition(i) : params_.consumed_prefix + i);
+    out->push_back(RemainingPosition(pos % m));
   }
 }
 

@@ -35,6 +35,30 @@ std::string FormatMixture(const std::vector<std::string>& names,
   return out;
 }
 
+absl::Status ValidateMixtureWeights(const std::vector<double>& weights) {
+  double total = 0;
+  for (size_t s = 0; s < weights.size(); ++s) {
+    const double w = weights[s];
+    if (!std::isfinite(w) || w <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the weight of mixture source ", s, " must be a finite number > 0 "
+          "(leave a source out rather than weighting it 0), got ", w));
+    }
+    total += w;
+  }
+  if (!std::isfinite(total)) {
+    return absl::InvalidArgumentError("the mixture's weights overflow");
+  }
+  for (size_t s = 0; s < weights.size(); ++s) {
+    if (weights[s] / total < kMinMixtureShare) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mixture source ", s, " has weight ", weights[s], " of ", total,
+          " in all, a share below 2^-30; leave it out"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Mixture> Mixture::Create(const MixtureParams& p) {
   const size_t n = p.source_samples.size();
   if (n == 0 || n > static_cast<size_t>(kMaxMixtureSources)) {
@@ -52,30 +76,13 @@ absl::StatusOr<Mixture> Mixture::Create(const MixtureParams& p) {
         "unit_samples must be 1 per sample, or the global batch per batch; "
         "got ", p.unit_samples));
   }
-  double total = 0;
+  if (absl::Status s = ValidateMixtureWeights(p.weights); !s.ok()) return s;
   for (size_t s = 0; s < n; ++s) {
-    const double w = p.weights[s];
-    if (!std::isfinite(w) || w <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the weight of mixture source ", s, " must be a finite number > 0 "
-          "(leave a source out rather than weighting it 0), got ", w));
-    }
     if (p.source_samples[s] < p.unit_samples) {
       return absl::InvalidArgumentError(absl::StrCat(
           "mixture source ", s, " has ", p.source_samples[s],
           " samples, fewer than one unit of ", p.unit_samples,
           p.unit == MixtureUnit::kBatch ? " (world_size x batch_size)" : ""));
-    }
-    total += w;
-  }
-  if (!std::isfinite(total)) {
-    return absl::InvalidArgumentError("the mixture's weights overflow");
-  }
-  for (size_t s = 0; s < n; ++s) {
-    if (p.weights[s] / total < kMinMixtureShare) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mixture source ", s, " has weight ", p.weights[s], " of ", total,
-          " in all, a share below 2^-30; leave it out"));
     }
   }
   int64_t total_samples = 0;
@@ -176,15 +183,28 @@ std::pair<int, int64_t> Mixture::Unit(uint64_t key, int64_t q) const {
   return {s, k};
 }
 
-int64_t Mixture::RankOf(uint64_t key, int s, int64_t k) const {
+std::vector<int64_t> Mixture::UnitsBefore(uint64_t key, int s,
+                                          int64_t k) const {
   const double t = Time(key, s, k);
-  int64_t rank = k;
+  std::vector<int64_t> units(num_sources());
   for (int other = 0; other < num_sources(); ++other) {
-    if (other == s) continue;
     // Ties go to the lower source.
-    rank += CountBefore(key, other, t, /*or_equal=*/other < s);
+    units[other] =
+        other == s ? k : CountBefore(key, other, t, /*or_equal=*/other < s);
   }
+  return units;
+}
+
+int64_t Mixture::RankOf(uint64_t key, int s, int64_t k) const {
+  int64_t rank = 0;
+  for (const int64_t units : UnitsBefore(key, s, k)) rank += units;
   return rank;
+}
+
+int64_t Mixture::StreamPosition(int64_t epoch, int64_t position) const {
+  return params_.mode == MixtureMode::kCycle
+             ? epoch * cycle_samples_ + position
+             : position;
 }
 
 absl::Status Mixture::CheckEpoch(int64_t epoch) const {
@@ -217,9 +237,7 @@ int64_t Mixture::EpochSamples(int64_t epoch) const {
 
 MixturePick Mixture::At(int64_t epoch, int64_t position) const {
   const int64_t g = params_.unit_samples;
-  const int64_t q = params_.mode == MixtureMode::kCycle
-                        ? epoch * cycle_samples_ + position
-                        : position;
+  const int64_t q = StreamPosition(epoch, position);
   const auto [s, k] = Unit(KeyOf(epoch), q / g);
   const int64_t pick = k * g + q % g;
   MixturePick out;
@@ -238,19 +256,12 @@ MixturePick Mixture::At(int64_t epoch, int64_t position) const {
 std::vector<int64_t> Mixture::PicksBefore(int64_t epoch,
                                           int64_t position) const {
   const int64_t g = params_.unit_samples;
-  const int64_t q = params_.mode == MixtureMode::kCycle
-                        ? epoch * cycle_samples_ + position
-                        : position;
+  const int64_t q = StreamPosition(epoch, position);
   const uint64_t key = KeyOf(epoch);
-  std::vector<int64_t> picks(num_sources(), 0);
   // The units before unit q / g, then the part of that unit before q.
   const auto [s, k] = Unit(key, q / g);
-  const double t = Time(key, s, k);
-  for (int other = 0; other < num_sources(); ++other) {
-    const int64_t units =
-        other == s ? k : CountBefore(key, other, t, other < s);
-    picks[other] = units * g;
-  }
+  std::vector<int64_t> picks = UnitsBefore(key, s, k);
+  for (int64_t& units : picks) units *= g;
   picks[s] += q % g;
   return picks;
 }

@@ -79,6 +79,12 @@ struct MixturePick {
   int64_t position = 0;
 };
 
+// The checks of Mixture::Create on the weights alone (finite, > 0, a share
+// of at least kMinMixtureShare of their sum): INVALID_ARGUMENT naming the
+// source by index. For callers that refuse a mixture before they know its
+// sources' sizes.
+absl::Status ValidateMixtureWeights(const std::vector<double>& weights);
+
 // "web:0.7,books:0.2" style canonical text of names and weights (weights
 // with 17 significant digits), for plan ids.
 std::string FormatMixture(const std::vector<std::string>& names,
@@ -124,8 +130,12 @@ class Mixture {
   int64_t CountBefore(uint64_t key, int s, double t, bool or_equal) const;
   // The q-th unit (0-based) of the stream: its source and k.
   std::pair<int, int64_t> Unit(uint64_t key, int64_t q) const;
-  // Units of every source before unit (s, k) in the stream (its rank).
+  // Each source's units before unit (s, k) in the stream, and their sum
+  // (its rank).
+  std::vector<int64_t> UnitsBefore(uint64_t key, int s, int64_t k) const;
   int64_t RankOf(uint64_t key, int s, int64_t k) const;
+  // Loader epoch `epoch`'s `position` in the stream.
+  int64_t StreamPosition(int64_t epoch, int64_t position) const;
 
   MixtureParams params_;
   std::vector<double> weights_;  // normalized

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/mixture_spec.h"
 
 namespace stoker::server {
 namespace {
@@ -244,33 +245,12 @@ absl::StatusOr<StreamSpec> ValidateMixtureRequest(
       !s.ok()) {
     return s;
   }
-  common::MixtureParams mixture;
-  for (int s = 0; s < plan.sources_size(); ++s) {
-    mixture.source_samples.push_back(sources[s]->sample_count());
-    mixture.weights.push_back(plan.sources(s).weight());
-  }
-  mixture.seed = plan.seed();
-  mixture.mode = plan.mixture_mode() == v1::MIXTURE_MODE_FIRST_EXHAUSTED
-                     ? common::MixtureMode::kFirstExhausted
-                     : common::MixtureMode::kCycle;
-  if (plan.mixture_mode() != v1::MIXTURE_MODE_CYCLE &&
-      plan.mixture_mode() != v1::MIXTURE_MODE_FIRST_EXHAUSTED) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown mixture_mode ", plan.mixture_mode()));
-  }
-  switch (plan.mixture_unit()) {
-    case v1::MIXTURE_UNIT_SAMPLE:
-      break;
-    case v1::MIXTURE_UNIT_BATCH:
-      mixture.unit = common::MixtureUnit::kBatch;
-      mixture.unit_samples = int64_t{plan.world_size()} * plan.batch_size();
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown mixture_unit ", plan.mixture_unit()));
-  }
-  mixture.epoch_samples = plan.mixture_epoch_samples();
-  absl::StatusOr<common::Mixture> created = common::Mixture::Create(mixture);
+  std::vector<int64_t> sizes;
+  for (const Dataset* source : sources) sizes.push_back(source->sample_count());
+  absl::StatusOr<common::MixtureParams> mixture =
+      common::MixtureParamsOf(plan, std::move(sizes));
+  if (!mixture.ok()) return mixture.status();
+  absl::StatusOr<common::Mixture> created = common::Mixture::Create(*mixture);
   if (!created.ok()) return created.status();
   if (absl::Status s = created->CheckEpoch(plan.epoch()); !s.ok()) return s;
   spec.params.num_samples = created->EpochSamples(plan.epoch());

@@ -95,6 +95,8 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
     pipeline->facts_ = pipeline->loader_->plan_facts();
     pipeline->cut_ = pipeline->loader_->cursor().cut;
     pipeline->position_ = Position(0, pipeline->num_batches_);
+    pipeline->samples_by_source_.assign(
+        pipeline->options_.loader.mixture.size(), 0);
   }
   Pipeline* raw = pipeline.get();
   pipeline->waiter_ = std::thread([raw] { raw->WaiterLoop(); });
@@ -338,11 +340,8 @@ absl::StatusOr<std::optional<DeviceBatch>> Pipeline::Next(
   ++batches_;
   samples_ += batch->size();
   skipped_ += static_cast<int64_t>(batch->info().skipped.size());
+  // Sized by Create; the network loader checked every source.
   for (const int32_t source : batch->info().sources) {
-    if (source < 0) continue;
-    if (static_cast<size_t>(source) >= samples_by_source_.size()) {
-      samples_by_source_.resize(source + 1, 0);
-    }
     ++samples_by_source_[source];
   }
   return std::optional<DeviceBatch>(*std::move(batch));

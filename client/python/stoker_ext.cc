@@ -404,23 +404,13 @@ Configured ToOptions(const Settings& s) {
       *source.mutable_transform() = *std::move(t);
     }
   }
-  if (s.mixture_mode == "cycle") {
-    l.mixture_mode = v1::MIXTURE_MODE_CYCLE;
-  } else if (s.mixture_mode == "first_exhausted") {
-    l.mixture_mode = v1::MIXTURE_MODE_FIRST_EXHAUSTED;
-  } else {
-    ThrowInvalid("mixture_mode must be 'cycle' or 'first_exhausted'");
-  }
-  if (s.mixture_unit == "sample") {
-    l.mixture_unit = v1::MIXTURE_UNIT_SAMPLE;
-  } else if (s.mixture_unit == "batch") {
-    l.mixture_unit = v1::MIXTURE_UNIT_BATCH;
-  } else {
-    ThrowInvalid("mixture_unit must be 'sample' or 'batch'");
-  }
-  if (s.mixture_epoch_samples < 0) {
-    ThrowInvalid("mixture_epoch_samples must be >= 0");
-  }
+  absl::StatusOr<v1::MixtureMode> mode = ParseMixtureMode(s.mixture_mode);
+  if (!mode.ok()) ThrowStatus(mode.status());
+  l.mixture_mode = *mode;
+  absl::StatusOr<v1::MixtureUnit> unit = ParseMixtureUnit(s.mixture_unit);
+  if (!unit.ok()) ThrowStatus(unit.status());
+  l.mixture_unit = *unit;
+  // Checked with the other options by Loader::Create.
   l.mixture_epoch_samples = s.mixture_epoch_samples;
   if (!s.local_mixture_shards.empty()) {
     if (s.local_mixture_shards.size() != s.mixture_names.size()) {
@@ -704,8 +694,7 @@ class PyPipeline {
         Get()->options().loader.mixture;
     py::dict by_source;
     for (size_t i = 0; i < mixture.size(); ++i) {
-      by_source[py::str(mixture[i].dataset())] =
-          i < s.samples_by_source.size() ? s.samples_by_source[i] : 0;
+      by_source[py::str(mixture[i].dataset())] = s.samples_by_source[i];
     }
     d["samples_by_source"] = by_source;
     return d;

@@ -134,7 +134,7 @@ def _mixture_args(settings: _stoker.Settings, dataset: object,
                                f"a str, got {transform!r}")
             value = value["weight"]
         weight = _real_arg(f"the weight of {name!r}", value)
-        if not weight > 0 or weight == float("inf"):
+        if not weight > 0:  # (_real_arg refused NaN and infinities)
             raise _invalid(f"the weight of mixture source {name!r} must be "
                            f"a finite number > 0, got {value!r}")
         names.append(name)
@@ -732,17 +732,17 @@ class Loader:
                                "or shards for local servers")
             servers = "local"
         settings.servers = _servers_arg(servers)
-        self._sources = _mixture_args(settings, dataset, mixture_mode,
-                                      mixture_unit, mixture_epoch_samples)
+        sources = _mixture_args(settings, dataset, mixture_mode,
+                                mixture_unit, mixture_epoch_samples)
         if isinstance(shards, dict):
-            if set(shards) != set(self._sources):
+            if set(shards) != set(sources):
                 raise _invalid("with a mixture, shards must be a dict with "
                                "the mixture's datasets as keys, got "
-                               f"{sorted(shards)!r} for {self._sources!r}")
+                               f"{sorted(shards)!r} for {sources!r}")
             settings.local_mixture_shards = [
-                str(os.fspath(shards[name])) for name in self._sources]
+                str(os.fspath(shards[name])) for name in sources]
             shards = settings.local_mixture_shards[0]
-        elif self._sources and shards is not None:
+        elif sources and shards is not None:
             raise _invalid("with a mixture, shards must be a dict "
                            "{dataset: shards} naming each source's")
         _local_args(settings, shards, local_cores, local_servers,
@@ -928,7 +928,7 @@ class Loader:
     def sources(self) -> list[str]:
         """A mixture's datasets, in order (info["sources"] holds indices
         into it); [] for one dataset."""
-        return list(self._sources)
+        return list(self._settings.mixture_names)
 
     @property
     def dataset_samples(self) -> int:
