@@ -1,13 +1,17 @@
-// plan_bench: what planning costs at web scale, for elastic resume and
-// weighted mixtures, beside the global order every plan computes today.
+// plan_bench: what planning costs at web scale: the epoch's order, elastic
+// resume and weighted mixtures, beside the Fisher-Yates order plans used
+// before (8 bytes per sample).
 //
 //   bazel run -c opt //bench:plan_bench -- --samples=100000000
 //
 // For N samples it measures, each beside the process's resident memory
 // (VmRSS) before and after:
-//   * the epoch's global order as servers compute it today (EpochPlan::
-//     GlobalOrder, a Fisher-Yates permutation: 8 bytes per sample) - the
-//     peer, whose cost issue 33 removes;
+//   * the peer: the epoch's global order as servers computed it before
+//     (a Fisher-Yates permutation of N: 8 bytes per sample), built here;
+//   * the server's plan now (common/epoch_order.h: a keyed Feistel
+//     permutation, nothing per sample): its creation and the samples of
+//     one batch; and the shuffle=blocks order over N / 10^4 shards (16
+//     bytes per shard);
 //   * the client's plan, which needs no order (EpochPlan::Positions): its
 //     creation and the positions of one batch, for a whole epoch and for an
 //     elastically resumed one;
@@ -37,6 +41,7 @@
 #include "common/command_line.h"
 #include "common/epoch_plan.h"
 #include "common/mixture.h"
+#include "common/random.h"
 
 ABSL_FLAG(int64_t, samples, 100000000, "Samples in the dataset (N).");
 ABSL_FLAG(int, batch_size, 256, "Samples per batch.");
@@ -45,7 +50,8 @@ ABSL_FLAG(int, lag_batches, 3,
           "How many batches the job's ranks are apart when it stops.");
 ABSL_FLAG(int, repeats, 5, "Runs per figure (the median is printed).");
 ABSL_FLAG(bool, fisher_yates, true,
-          "Also time today's global order (8 bytes per sample).");
+          "Also time the Fisher-Yates order plans used before (8 bytes per "
+          "sample).");
 
 namespace {
 
@@ -53,6 +59,7 @@ using stoker::client::ContinueFrom;
 using stoker::client::Cursor;
 using stoker::client::EpochStart;
 using stoker::client::Position;
+using stoker::common::EpochOrder;
 using stoker::common::EpochPlan;
 using stoker::common::EpochPlanParams;
 using stoker::common::Mixture;
@@ -67,6 +74,17 @@ int64_t RssBytes() {
     }
   }
   return 0;
+}
+
+// The order servers computed before the constant-memory one.
+std::vector<int64_t> FisherYates(int64_t n, uint64_t key) {
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  stoker::common::CounterRng rng(key);
+  for (int64_t i = n - 1; i > 0; --i) {
+    std::swap(order[i], order[rng.UniformInt(0, i + 1)]);
+  }
+  return order;
 }
 
 // Median seconds of `repeats` calls of `f`.
@@ -109,21 +127,54 @@ int main(int argc, char** argv) {
               static_cast<long long>(n), batch, world);
   std::printf("%-58s %14s  %13s\n", "what", "median time", "resident");
 
-  if (absl::GetFlag(FLAGS_fisher_yates)) {
-    const int64_t before = RssBytes();
-    std::vector<int64_t> order;
-    const double t = Median(1, [&] {
-      order = EpochPlan::GlobalOrder(n, 1, 0, true);
-    });
-    Print("peer: global order (Fisher-Yates), servers today", t,
-          RssBytes() - before);
-  }
-
   EpochPlanParams params;
   params.num_samples = n;
   params.world_size = world;
   params.batch_size = batch;
   params.rank = world / 2;
+  if (absl::GetFlag(FLAGS_fisher_yates)) {
+    const int64_t before = RssBytes();
+    std::vector<int64_t> order;
+    const double t = Median(1, [&] { order = FisherYates(n, 1); });
+    Print("peer: global order (Fisher-Yates), servers before", t,
+          RssBytes() - before);
+    std::vector<int64_t> positions;
+    const EpochPlan plan = *EpochPlan::Positions(params);
+    const int64_t b = plan.num_batches() / 2;
+    Print("peer: one batch's samples (order lookups)", Median(repeats, [&] {
+            plan.BatchPositions(b, &positions);
+            for (int64_t& p : positions) p = order[p];
+          }), 0);
+  }
+  {
+    const int64_t before = RssBytes();
+    const double create = Median(repeats, [&] {
+      (void)EpochPlan::Create(params);
+    });
+    const EpochPlan plan = *EpochPlan::Create(params);
+    Print("server plan (Feistel order): create", create, RssBytes() - before);
+    std::vector<int64_t> samples;
+    const int64_t b = plan.num_batches() / 2;
+    Print("server plan: one batch's samples", Median(repeats, [&] {
+            plan.BatchSamples(b, &samples);
+          }), 0);
+    const int64_t shards = std::max<int64_t>(1, n / 10000);
+    std::vector<int64_t> sizes(shards, n / shards);
+    sizes.back() += n - (n / shards) * shards;
+    const int64_t blocks_before = RssBytes();
+    EpochOrder blocks;
+    const double made = Median(repeats, [&] {
+      blocks = EpochOrder::Blocks(sizes, 1, 0, 4096);
+    });
+    const EpochPlan blocked = *EpochPlan::Create(params, blocks);
+    char what[96];
+    std::snprintf(what, sizeof(what), "blocks order (%lld shards): create",
+                  static_cast<long long>(shards));
+    Print(what, made, RssBytes() - blocks_before);
+    Print("blocks plan: one batch's samples", Median(repeats, [&] {
+            blocked.BatchSamples(b, &samples);
+          }), 0);
+  }
   {
     const int64_t before = RssBytes();
     std::vector<int64_t> positions;

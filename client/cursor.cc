@@ -13,8 +13,10 @@
 namespace stoker::client {
 namespace {
 
-constexpr char kPrefixV1[] = "stoker-cursor-v1";
-constexpr char kPrefixV2[] = "stoker-cursor-v2";
+constexpr char kPrefix[] = "stoker-cursor-v3";
+// Cursors of earlier versions: their epochs were in Fisher-Yates orders.
+constexpr const char* kOlderPrefixes[] = {"stoker-cursor-v1",
+                                          "stoker-cursor-v2"};
 
 bool IsHex16(absl::string_view s) {
   return s.size() == 16 &&
@@ -70,37 +72,6 @@ bool ParseList(absl::string_view text, std::vector<int64_t>* out) {
   return true;
 }
 
-absl::StatusOr<Cursor> ParseV1(absl::string_view text) {
-  std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad cursor '", text, "': ", why,
-                     " (expected stoker-cursor-v1:<plan>:<epoch>:<batch>)"));
-  };
-  if (parts.size() < 4 || parts.size() > 5 || parts[0] != kPrefixV1) {
-    return bad("wrong format");
-  }
-  Cursor cursor;
-  cursor.version = 1;
-  cursor.plan_id = std::string(parts[1]);
-  if (!IsHex16(cursor.plan_id)) return bad("plan id is not 16 hex digits");
-  if (!absl::SimpleAtoi(parts[2], &cursor.epoch) || cursor.epoch < 0) {
-    return bad("epoch is not a non-negative integer");
-  }
-  if (!absl::SimpleAtoi(parts[3], &cursor.next_batch) ||
-      cursor.next_batch < 0) {
-    return bad("next batch is not a non-negative integer");
-  }
-  if (parts.size() == 5) {
-    if (parts[4].empty() || !ParseList(parts[4], &cursor.delivered_after) ||
-        (!cursor.delivered_after.empty() &&
-         cursor.delivered_after.front() < cursor.next_batch)) {
-      return bad("delivered batch list is malformed or not ascending");
-    }
-  }
-  return cursor;
-}
-
 }  // namespace
 
 bool PlanFacts::operator==(const PlanFacts& o) const {
@@ -149,15 +120,7 @@ std::string PlanId(absl::string_view text) {
 }
 
 std::string Cursor::Serialize() const {
-  if (version == 1) {
-    std::string out = absl::StrCat(kPrefixV1, ":", plan_id, ":", epoch, ":",
-                                   next_batch);
-    if (!delivered_after.empty()) {
-      absl::StrAppend(&out, ":", absl::StrJoin(delivered_after, ","));
-    }
-    return out;
-  }
-  std::string out = absl::StrCat(kPrefixV2, ";plan=", plan_id, ";epoch=",
+  std::string out = absl::StrCat(kPrefix, ";plan=", plan_id, ";epoch=",
                                  epoch, ";next=", next_batch);
   if (!delivered_after.empty()) {
     absl::StrAppend(&out, ";after=", absl::StrJoin(delivered_after, ","));
@@ -181,15 +144,24 @@ std::string Cursor::Serialize() const {
 }
 
 absl::StatusOr<Cursor> Cursor::Parse(absl::string_view text) {
-  if (absl::StartsWith(text, kPrefixV1)) return ParseV1(text);
+  for (const char* older : kOlderPrefixes) {
+    if (absl::StartsWith(text, older)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cursor '", text.substr(0, 60), "...' was written by an older "
+          "Stoker (", older, "), whose epochs were in Fisher-Yates orders "
+          "this version no longer computes (it keeps no per-sample order); "
+          "it cannot resume that epoch exactly. Finish the epoch with the "
+          "version that wrote it, or start the next epoch with this one"));
+    }
+  }
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad cursor '", text.substr(0, 200), text.size() > 200 ? "...'" : "'",
         ": ", why, " (expected a cursor from Loader::cursor(), ",
-        kPrefixV2, ";plan=...)"));
+        kPrefix, ";plan=...)"));
   };
   std::vector<absl::string_view> parts = absl::StrSplit(text, ';');
-  if (parts.empty() || parts[0] != kPrefixV2) return bad("wrong format");
+  if (parts.empty() || parts[0] != kPrefix) return bad("wrong format");
   std::map<std::string, std::string, std::less<>> values;
   for (size_t i = 1; i < parts.size(); ++i) {
     const size_t eq = parts[i].find('=');
@@ -224,7 +196,6 @@ absl::StatusOr<Cursor> Cursor::Parse(absl::string_view text) {
     return absl::SimpleAtoi(it->second, out) && *out >= minimum;
   };
   Cursor c;
-  c.version = 2;
   c.plan_id = values["plan"];
   if (!IsHex16(c.plan_id)) return bad("plan id is not 16 hex digits");
   int64_t rank = 0, world = 0, batch = 0, drop_last = 0, shuffle = 0;

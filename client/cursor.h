@@ -4,10 +4,10 @@
 // A loader's position, to save with a checkpoint and resume from exactly,
 // on the same shape or another (elastic resume: client/elastic.h).
 //
-// Version 2 (written now) says what the plan is made of, how the epoch was
+// Version 3 (written now) says what the plan is made of, how the epoch was
 // cut and how far this rank got, as ';'-separated key=value pairs:
 //
-//   stoker-cursor-v2;plan=<id>;epoch=<e>;next=<b>[;after=<i>,<j>...]
+//   stoker-cursor-v3;plan=<id>;epoch=<e>;next=<b>[;after=<i>,<j>...]
 //     ;rank=<r>;world=<W>;batch=<B>;drop_last=<0|1>
 //     [;prefix=<P>][;consumed=<p>,<q>...]
 //     ;dataset=<name>;fingerprint=<fp>;transform=<h>;fields=<h>;seed=<s>
@@ -21,9 +21,9 @@
 // epoch; absent for a whole one). Values other than numbers and hex are
 // percent-encoded.
 //
-// Version 1 ("stoker-cursor-v1:<plan_id>:<epoch>:<next_batch>[:<i>,<j>...]",
-// whose plan id included the shape) is still read; such a cursor resumes
-// only on the shape that wrote it.
+// Cursors of versions 1 and 2 are refused (FailedPrecondition saying so):
+// their epochs were in Fisher-Yates orders, which this version no longer
+// computes (common/epoch_order.h), so they cannot resume exactly.
 
 #include <cstdint>
 #include <string>
@@ -70,23 +70,19 @@ struct EpochCut {
 };
 
 struct Cursor {
-  // 2, or 1 for a cursor read from version-1 text (which has no facts and
-  // no cut).
-  int version = 2;
-  // Version 2: the data plan's id; version 1: the id of the whole plan,
-  // shape included (client/plan_id.h). 16 hex digits.
+  // The data plan's id (client/plan_id.h): 16 hex digits.
   std::string plan_id;
   int64_t epoch = 0;
   // Every batch below this index has been delivered.
   int64_t next_batch = 0;
   // Batches >= next_batch already delivered, ascending.
   std::vector<int64_t> delivered_after;
-  // Version 2 only.
   PlanFacts facts;
   EpochCut cut;
 
   std::string Serialize() const;
-  // INVALID_ARGUMENT with what is wrong for malformed text.
+  // INVALID_ARGUMENT with what is wrong for malformed text;
+  // FAILED_PRECONDITION for a cursor of an earlier version.
   static absl::StatusOr<Cursor> Parse(absl::string_view text);
 };
 

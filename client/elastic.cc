@@ -17,11 +17,6 @@ absl::Status CheckAlike(const std::vector<Cursor>& cursors) {
   }
   const Cursor& first = cursors.front();
   for (const Cursor& c : cursors) {
-    if (c.version != 2) {
-      return absl::InvalidArgumentError(
-          "a version-1 cursor names no shape; it resumes only on the rank, "
-          "world size and batch size that wrote it");
-    }
     if (c.plan_id != first.plan_id) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the cursors belong to different plans (", first.plan_id, " and ",

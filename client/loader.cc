@@ -476,7 +476,6 @@ absl::Status Loader::SetPlan(const ServedData& reference) {
       IdentityOf(options_, fingerprint_, mixture_text);
   facts_ = FactsOf(identity);
   plan_id_ = DataPlanId(facts_);
-  legacy_plan_id_ = ComputePlanId(identity);
   // Shared-memory slots hold a full batch's payload. Bytes fields have no
   // fixed size: such requests use the socket.
   const bool bytes_fields =
@@ -1026,22 +1025,6 @@ absl::Status Loader::Resume(const std::vector<Cursor>& cursors) {
     return absl::InvalidArgumentError("no cursor to resume from");
   }
   const Cursor& first = cursors.front();
-  if (first.version == 1) {
-    if (cursors.size() != 1 || first.plan_id != legacy_plan_id_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "version-1 cursor of plan ", first.plan_id, ": this loader's plan "
-          "is ", legacy_plan_id_, " (a version-1 cursor resumes only with "
-          "the same dataset, transform, batch size, seed, rank, world size, "
-          "shuffle, drop_last and fields)"));
-    }
-    EpochStart whole;
-    whole.epoch = first.epoch;
-    absl::StatusOr<int64_t> batches = BatchesAfter(whole);
-    if (!batches.ok()) return batches.status();
-    absl::StatusOr<Position> position = Position::FromCursor(first, *batches);
-    if (!position.ok()) return position.status();
-    return StartAt(whole, *position);
-  }
   // A mixture drawn per batch: its unit (a global batch) is part of the plan.
   const bool per_batch = options_.mixture_unit == v1::MIXTURE_UNIT_BATCH;
   const int64_t unit = int64_t{options_.world_size} * options_.batch_size;
@@ -1059,7 +1042,7 @@ absl::Status Loader::Resume(const std::vector<Cursor>& cursors) {
     }
   }
   for (const Cursor& c : cursors) {
-    if (c.version != 1 && c.plan_id == plan_id_ && c.facts == facts_) continue;
+    if (c.plan_id == plan_id_ && c.facts == facts_) continue;
     const std::string differences = facts_.Differences(c.facts);
     return absl::InvalidArgumentError(absl::StrCat(
         "the saved state belongs to another data plan (", c.plan_id,

@@ -22,7 +22,7 @@
 // part) holds a channel and stub per endpoint; StreamWatch
 // (client/stream_watch.h) finds stalled streams; ReportWindow
 // (client/report_window.h) measures the consumer for the servers; the plan
-// id comes from ComputePlanId (client/plan_id.h). This class owns the
+// id comes from DataPlanId (client/plan_id.h). This class owns the
 // threads and the clock and ties the parts together.
 //
 // Thread-safety: Next() and StartEpoch()/Resume() are for one consumer
@@ -250,8 +250,6 @@ class Loader : public BatchSource {
   // rank and shape; cursors carry it.
   const std::string& plan_id() const { return plan_id_; }
   const PlanFacts& plan_facts() const { return facts_; }
-  // The whole plan's id, shape included, that version-1 cursors carry.
-  const std::string& legacy_plan_id() const { return legacy_plan_id_; }
 
   // Starts (or restarts) fetching epoch `epoch`, whole, from batch
   // `start_batch`. Abandons the epoch in progress. INVALID_ARGUMENT for a
@@ -265,8 +263,8 @@ class Loader : public BatchSource {
   // loader's share of the rest follows (client/elastic.h), with
   // epoch_batches() batches. INVALID_ARGUMENT naming what differs if the
   // cursor belongs to another data plan (dataset, data, transform, fields,
-  // seed, shuffle, mixture), or naming what is wrong with it. A version-1
-  // cursor resumes only on the shape that wrote it.
+  // seed, shuffle, mixture), or naming what is wrong with it;
+  // FAILED_PRECONDITION for a cursor of an earlier version (client/cursor.h).
   absl::Status Resume(const Cursor& cursor);
   // Same, from every rank's cursor of the job that stopped (one per rank,
   // any order): exact even when its ranks stopped at different batches.
@@ -415,8 +413,6 @@ class Loader : public BatchSource {
   // empty for one dataset.
   std::shared_ptr<const common::Mixture> mixture_;
   std::vector<std::string> source_fingerprints_;
-  // The whole plan's id, shape included: what version-1 cursors carry.
-  std::string legacy_plan_id_;
   // Bytes of a full batch's payload, for shared-memory slots; 0: no shared
   // memory (off, or a request with bytes fields).
   size_t shared_slot_bytes_ = 0;

@@ -7,24 +7,6 @@
 
 namespace stoker::client {
 
-std::string ComputePlanId(const PlanIdentity& plan) {
-  // Saved cursors carry the result: this text must not change for a plan
-  // that could be described before.
-  std::string identity = absl::StrCat(
-      plan.fingerprint, "|", plan.dataset, "|",
-      image::FormatTransform(plan.transform), "|", plan.batch_size, "|",
-      plan.seed, "|", plan.rank, "|", plan.world_size, "|", plan.shuffle, "|",
-      plan.drop_last);
-  // Only when set, so earlier plans keep their ids (and checkpoints).
-  if (plan.shuffle && plan.shuffle_window > 0) {
-    absl::StrAppend(&identity, "|blocks:", plan.shuffle_window);
-  }
-  if (!plan.fields.empty()) {
-    absl::StrAppend(&identity, "|fields:", FormatFields(plan.fields));
-  }
-  return PlanId(identity);
-}
-
 PlanFacts FactsOf(const PlanIdentity& plan) {
   PlanFacts facts;
   facts.dataset = plan.dataset;
@@ -39,7 +21,7 @@ PlanFacts FactsOf(const PlanIdentity& plan) {
 }
 
 std::string DataPlanId(const PlanFacts& facts) {
-  return PlanId(absl::StrCat("data-plan-v2|", facts.dataset, "|",
+  return PlanId(absl::StrCat("data-plan-v3|", facts.dataset, "|",
                              facts.fingerprint, "|", facts.transform, "|",
                              facts.fields, "|", facts.seed, "|",
                              facts.shuffle ? 1 : 0, "|", facts.window, "|",

@@ -43,19 +43,14 @@ struct PlanIdentity {
   std::string mixture;
 };
 
-// The plan's id: PlanId (client/cursor.h) of the fields joined by '|', the
-// transform and fields in their canonical text forms (FormatTransform,
-// FormatFields). Equal identities give equal ids; any field that differs
-// (shuffle_window only with shuffle) gives another id.
-std::string ComputePlanId(const PlanIdentity& plan);
-
 // The data plan's parts: what an epoch holds and how it is augmented,
 // without the shape (rank, world size, batch size, drop_last) it is cut
-// into. Cursors (version 2) carry them.
+// into. Cursors carry them.
 PlanFacts FactsOf(const PlanIdentity& plan);
 
-// The data plan's id: PlanId of its parts, joined. Equal for every rank and
-// for jobs of any shape over the same data plan.
+// The data plan's id: PlanId of its parts, joined (with the order's
+// version: ids changed with the constant-memory orders). Equal for every
+// rank and for jobs of any shape over the same data plan.
 std::string DataPlanId(const PlanFacts& facts);
 
 }  // namespace stoker::client

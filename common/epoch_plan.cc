@@ -2,15 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <memory>
-#include <numeric>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "common/random.h"
 
 namespace stoker::common {
 absl::Status ValidateBatching(int batch_size, int rank, int world_size) {
@@ -66,77 +63,29 @@ int64_t RemainingSamples(const EpochPlanParams& params) {
 
 absl::StatusOr<EpochPlan> EpochPlan::Create(const EpochPlanParams& params) {
   if (absl::Status s = ValidatePlanParams(params); !s.ok()) return s;
-  return EpochPlan(params, std::make_shared<const std::vector<int64_t>>(
-                               GlobalOrder(params.num_samples, params.seed,
-                                           params.epoch, params.shuffle)));
+  return EpochPlan(params, params.shuffle
+                               ? EpochOrder::Shuffled(params.num_samples,
+                                                      params.seed, params.epoch)
+                               : EpochOrder::Identity(params.num_samples));
 }
 
 absl::StatusOr<EpochPlan> EpochPlan::Positions(const EpochPlanParams& params) {
   if (absl::Status s = ValidatePlanParams(params); !s.ok()) return s;
-  return EpochPlan(params, nullptr);
+  return EpochPlan(params, EpochOrder::Identity(params.num_samples));
 }
 
-absl::StatusOr<EpochPlan> EpochPlan::Create(
-    const EpochPlanParams& params,
-    std::shared_ptr<const std::vector<int64_t>> global_order) {
+absl::StatusOr<EpochPlan> EpochPlan::Create(const EpochPlanParams& params,
+                                            EpochOrder global_order) {
   if (absl::Status s = ValidatePlanParams(params); !s.ok()) return s;
-  if (global_order == nullptr) {
-    return absl::InvalidArgumentError("global_order must not be null");
-  }
-  if (static_cast<int64_t>(global_order->size()) != params.num_samples) {
+  if (global_order.size() != params.num_samples) {
     return absl::InvalidArgumentError(
-        absl::StrCat("global_order has ", global_order->size(),
+        absl::StrCat("the global order has ", global_order.size(),
                      " entries, expected num_samples = ", params.num_samples));
   }
   return EpochPlan(params, std::move(global_order));
 }
 
-std::vector<int64_t> EpochPlan::GlobalOrder(int64_t num_samples, uint64_t seed,
-                                            int64_t epoch, bool shuffle) {
-  if (num_samples <= 0) return {};
-  std::vector<int64_t> order(num_samples);
-  std::iota(order.begin(), order.end(), int64_t{0});
-  if (!shuffle) return order;
-  CounterRng rng(HashCombine(seed, static_cast<uint64_t>(epoch)));
-  for (int64_t i = num_samples - 1; i > 0; --i) {
-    std::swap(order[i], order[rng.UniformInt(0, i + 1)]);
-  }
-  return order;
-}
-
-std::vector<int64_t> EpochPlan::BlockOrder(
-    const std::vector<int64_t>& shard_sizes, uint64_t seed, int64_t epoch,
-    int64_t window) {
-  std::vector<int64_t> first(shard_sizes.size());
-  int64_t total = 0;
-  for (size_t s = 0; s < shard_sizes.size(); ++s) {
-    first[s] = total;
-    total += shard_sizes[s];
-  }
-  CounterRng rng(HashCombine(HashCombine(seed, static_cast<uint64_t>(epoch)),
-                             kBlockShuffleSalt));
-  std::vector<int64_t> shards(shard_sizes.size());
-  std::iota(shards.begin(), shards.end(), int64_t{0});
-  for (int64_t i = static_cast<int64_t>(shards.size()) - 1; i > 0; --i) {
-    std::swap(shards[i], shards[rng.UniformInt(0, i + 1)]);
-  }
-  std::vector<int64_t> order;
-  order.reserve(total);
-  for (const int64_t s : shards) {
-    for (int64_t j = 0; j < shard_sizes[s]; ++j) order.push_back(first[s] + j);
-  }
-  window = std::max<int64_t>(window, 1);
-  for (int64_t start = 0; start < total; start += window) {
-    const int64_t n = std::min(window, total - start);
-    for (int64_t i = n - 1; i > 0; --i) {
-      std::swap(order[start + i], order[start + rng.UniformInt(0, i + 1)]);
-    }
-  }
-  return order;
-}
-
-EpochPlan::EpochPlan(const EpochPlanParams& params,
-                     std::shared_ptr<const std::vector<int64_t>> order)
+EpochPlan::EpochPlan(const EpochPlanParams& params, EpochOrder order)
     : params_(params),
       order_(std::move(order)),
       remaining_(RemainingSamples(params_)) {
@@ -182,9 +131,7 @@ std::vector<int64_t> EpochPlan::BatchSamples(int64_t b) const {
 
 void EpochPlan::BatchSamples(int64_t b, std::vector<int64_t>* out) const {
   BatchPositions(b, out);
-  if (order_ == nullptr) return;  // Positions(): the identity order
-  const std::vector<int64_t>& order = *order_;
-  for (int64_t& entry : *out) entry = order[entry];
+  for (int64_t& entry : *out) entry = order_.At(entry);
 }
 
 void EpochPlan::BatchPositions(int64_t b, std::vector<int64_t>* out) const {

@@ -7,7 +7,8 @@
 // agree on it without talking. Semantics match PyTorch's
 // DistributedSampler(shuffle, seed, drop_last=False) feeding
 // DataLoader(batch_size, drop_last):
-//   1. The global order is a permutation of [0, num_samples) (GlobalOrder).
+//   1. The global order is a permutation of [0, num_samples)
+//      (common/epoch_order.h: computed per position, nothing per sample).
 //   2. It is padded to total = ceil(N / W) * W entries by repeating its own
 //      beginning, cyclically when W > N: padded[p] = order[p % N].
 //   3. Rank r takes positions r, r + W, r + 2W, ...: samples_per_rank =
@@ -21,13 +22,13 @@
 // same batch count on every rank.
 // So every rank has the same number of batches, and with world_size == 1 every
 // sample appears exactly once per epoch. The orders themselves differ from
-// PyTorch's (we use our own generator, common/random.h).
+// PyTorch's (a keyed Feistel permutation, not torch.randperm).
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/epoch_order.h"
 
 namespace stoker::common {
 
@@ -79,57 +80,28 @@ absl::Status ValidateBatching(int batch_size, int rank, int world_size);
 // InvalidArgument naming the field.
 absl::Status ValidatePlanParams(const EpochPlanParams& params);
 
-// An immutable plan. Copies share the global order (and copy the consumed
-// positions, if any). Thread-safe
-// (all methods are const and the shared order is never modified).
+// An immutable plan, cheap to copy (its order holds nothing per sample).
+// Thread-safe (all methods are const).
 class EpochPlan {
  public:
-  // Validates `params` and computes the global order (O(num_samples) time and
-  // 8 * num_samples bytes). Errors: InvalidArgument naming the field for
-  // num_samples <= 0, batch_size outside [1, kMaxBatchSize], world_size < 1,
-  // rank outside [0, world_size), or consumed positions outside the epoch
-  // or not ascending.
+  // Validates `params`; the global order is EpochOrder::Shuffled(
+  // num_samples, seed, epoch), or the identity if !shuffle. O(1) time and
+  // memory whatever num_samples. Errors: InvalidArgument naming the field
+  // for num_samples <= 0, batch_size outside [1, kMaxBatchSize],
+  // world_size < 1, rank outside [0, world_size), or consumed positions
+  // outside the epoch or not ascending.
   static absl::StatusOr<EpochPlan> Create(const EpochPlanParams& params);
 
-  // Same, but shares a precomputed (e.g. cached) global order, which must be
-  // GlobalOrder(num_samples, seed, epoch, shuffle) for the plan to mean what
-  // it says; only its size is checked. Errors: as above, plus InvalidArgument
-  // for a null order or one whose size is not num_samples.
-  static absl::StatusOr<EpochPlan> Create(
-      const EpochPlanParams& params,
-      std::shared_ptr<const std::vector<int64_t>> global_order);
+  // Same, with another global order (e.g. EpochOrder::Blocks); only its
+  // size is checked. Errors: as above, plus InvalidArgument for an order
+  // whose size is not num_samples.
+  static absl::StatusOr<EpochPlan> Create(const EpochPlanParams& params,
+                                          EpochOrder global_order);
 
-  // A plan of positions only (no global order is computed or held): what
-  // BatchSize, num_batches, BatchPositions and RemainingPosition answer is
-  // the same as Create's; BatchSamples answers positions (the identity
-  // order). For the client, which needs the batch count, and for orders
+  // A plan of positions (the identity order): BatchSamples answers
+  // positions. For the client, which needs the batch count, and for orders
   // that map positions themselves (mixtures). Errors as Create.
   static absl::StatusOr<EpochPlan> Positions(const EpochPlanParams& params);
-
-  // The epoch's order of all samples before padding and sharding: the
-  // identity if !shuffle, else a Fisher-Yates shuffle (i from N-1 down to 1,
-  // swap with UniformInt(0, i + 1)) driven by CounterRng(HashCombine(seed,
-  // epoch)). Returns an empty vector for num_samples <= 0.
-  static std::vector<int64_t> GlobalOrder(int64_t num_samples, uint64_t seed,
-                                          int64_t epoch, bool shuffle);
-
-  // The global order of shuffle=blocks, for data read from object storage:
-  // reads stay mostly sequential while batches still mix. The shards are
-  // shuffled (Fisher-Yates over shard positions), their samples are laid
-  // end to end in that order (each shard's in tar order), and the result is
-  // cut into consecutive windows of `window` samples, each shuffled
-  // (Fisher-Yates) in place; one CounterRng(HashCombine(HashCombine(seed,
-  // epoch), kBlockShuffleSalt)) drives both. `shard_sizes` are the shards'
-  // sample counts in dataset order (global index = position in their
-  // concatenation). Randomness given up: a sample lands within `window`
-  // positions of where its shard's turn puts it, so a batch draws from one
-  // window (one or two shards when windows are smaller than shards), not
-  // from the whole dataset; across epochs the shard order and the mixing
-  // inside windows change. window >= 1 (1 keeps every shard's tar order).
-  static std::vector<int64_t> BlockOrder(const std::vector<int64_t>& shard_sizes,
-                                         uint64_t seed, int64_t epoch,
-                                         int64_t window);
-  static constexpr uint64_t kBlockShuffleSalt = 0x626c6f636b73ULL;  // "blocks"
 
   const EpochPlanParams& params() const { return params_; }
   int batch_size() const { return params_.batch_size; }
@@ -164,12 +136,10 @@ class EpochPlan {
   int64_t RemainingPosition(int64_t i) const;
 
  private:
-  EpochPlan(const EpochPlanParams& params,
-            std::shared_ptr<const std::vector<int64_t>> order);
-
+  EpochPlan(const EpochPlanParams& params, EpochOrder order);
 
   EpochPlanParams params_;
-  std::shared_ptr<const std::vector<int64_t>> order_;
+  EpochOrder order_;
   int64_t remaining_;
   int64_t samples_per_rank_;
   int64_t num_batches_;

@@ -179,9 +179,10 @@ absl::StatusOr<v1::GetDatasetInfoResponse> DataService::GetDatasetInfo(
   return response;
 }
 
-std::shared_ptr<const std::vector<int64_t>> DataService::GlobalOrder(
-    const Dataset& dataset, uint64_t seed, int64_t epoch, bool shuffle,
-    int64_t shuffle_window) {
+common::EpochOrder DataService::GlobalOrder(const Dataset& dataset,
+                                            uint64_t seed, int64_t epoch,
+                                            bool shuffle,
+                                            int64_t shuffle_window) {
   if (!shuffle) shuffle_window = 0;
   const std::string key = absl::StrCat(dataset.name(), "/", seed, "/", epoch,
                                        "/", shuffle ? 1 : 0, "/",
@@ -195,21 +196,13 @@ std::shared_ptr<const std::vector<int64_t>> DataService::GlobalOrder(
       }
     }
   }
-  // Computed outside the lock: a shuffle of a large dataset takes a while.
-  std::vector<int64_t> computed;
-  if (shuffle_window > 0) {
-    std::vector<int64_t> shard_sizes(dataset.shard_count());
-    for (int32_t s = 0; s < dataset.shard_count(); ++s) {
-      shard_sizes[s] =
-          static_cast<int64_t>(dataset.shard_index(s).samples().size());
-    }
-    computed = common::EpochPlan::BlockOrder(shard_sizes, seed, epoch,
-                                             shuffle_window);
-  } else {
-    computed = common::EpochPlan::GlobalOrder(dataset.sample_count(), seed,
-                                              epoch, shuffle);
+  // Made outside the lock: a blocks order walks every shard.
+  std::vector<int64_t> shard_sizes(dataset.shard_count());
+  for (int32_t s = 0; s < dataset.shard_count(); ++s) {
+    shard_sizes[s] = dataset.shard_samples(s);
   }
-  auto order = std::make_shared<const std::vector<int64_t>>(std::move(computed));
+  common::EpochOrder order = common::EpochOrder::For(
+      shard_sizes, seed, epoch, shuffle, shuffle_window);
   absl::MutexLock lock(&cache_mu_);
   order_cache_.emplace_front(key, order);
   while (static_cast<int>(order_cache_.size()) >

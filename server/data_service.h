@@ -154,9 +154,9 @@ class DataService {
   DataService(const DataServiceOptions& options,
               std::vector<std::unique_ptr<Dataset>> datasets);
   absl::StatusOr<const Dataset*> FindDataset(const std::string& name) const;
-  // The epoch's order (EpochPlan::GlobalOrder, or BlockOrder when
-  // `shuffle_window` > 0 and `shuffle`), from the cache when it has it.
-  std::shared_ptr<const std::vector<int64_t>> GlobalOrder(
+  // The epoch's order (common::EpochOrder::For), from the cache when it
+  // has it (a blocks order costs O(shards) to make; the others nothing).
+  common::EpochOrder GlobalOrder(
       const Dataset& dataset, uint64_t seed, int64_t epoch, bool shuffle,
       int64_t shuffle_window);
   // A validated request's BatchStream setup over the shared pools, budget
@@ -191,8 +191,8 @@ class DataService {
 
   absl::Mutex cache_mu_;
   // Most recently used first.
-  std::list<std::pair<std::string, std::shared_ptr<const std::vector<int64_t>>>>
-      order_cache_ ABSL_GUARDED_BY(cache_mu_);
+  std::list<std::pair<std::string, common::EpochOrder>> order_cache_
+      ABSL_GUARDED_BY(cache_mu_);
 
   const std::shared_ptr<PrefetchCounters> prefetch_counters_ =
       std::make_shared<PrefetchCounters>();

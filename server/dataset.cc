@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "common/parallel.h"
 #include "server/file_dataset.h"
+#include "server/shard_index_file.h"
 #include "server/storage/url.h"
 #include "spdlog/spdlog.h"
 
@@ -167,6 +168,35 @@ void LogByKind(const std::string& dataset, absl::string_view what,
   }
 }
 
+// Where a dataset's sample table keeps its records (server/sample_table.h).
+std::string TableDir(const DatasetOptions& options) {
+  if (!options.index.temp_dir.empty()) return options.index.temp_dir;
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
+struct LocalIndex {
+  ShardIndex index;
+  bool from_sidecar = false;
+};
+
+// The index of the local shard `path`: its sidecar "<path>.idx" if it has
+// one that is for it (its size and first block), else built from the tar
+// headers. A sidecar that is not for it is said so and not used.
+absl::StatusOr<LocalIndex> IndexLocalShard(const std::string& dataset,
+                                           const std::string& path) {
+  const std::string sidecar = absl::StrCat(path, kIndexSuffix);
+  absl::StatusOr<DecodedIndex> decoded = ReadLocalSidecar(path, sidecar);
+  if (decoded.ok()) return LocalIndex{std::move(decoded->index), true};
+  if (!absl::IsNotFound(decoded.status())) {
+    spdlog::warn("dataset '{}': not using the sidecar '{}': {}", dataset,
+                 sidecar, std::string(decoded.status().message()));
+  }
+  absl::StatusOr<ShardIndex> built = ShardIndex::Build(path, 0);
+  if (!built.ok()) return built.status();
+  return LocalIndex{*std::move(built), false};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
@@ -183,7 +213,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   absl::StatusOr<std::vector<std::string>> paths = ExpandGlob(name, glob);
   if (!paths.ok()) return paths.status();
 
-  std::vector<Shard> shards;
+  std::vector<const std::string*> candidates;
   LeftOutLog left_out{name};
   int64_t shard_names = 0;
   for (const std::string& path : *paths) {
@@ -196,29 +226,64 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
       left_out.Add(path, status);
       continue;
     }
-    if (shards.size() >=
-        static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("dataset '", name, "': too many shards"));
-    }
-    absl::StatusOr<ShardIndex> index =
-        ShardIndex::Build(path, static_cast<int32_t>(shards.size()));
-    if (!index.ok()) {
-      left_out.Add(path, index.status());
-      continue;
-    }
-    absl::StatusOr<std::unique_ptr<ShardReader>> reader =
-        ShardReader::Open(*index);
-    if (!reader.ok()) {
-      left_out.Add(path, reader.status());
-      continue;
-    }
-    WarnIfDamaged(name, path, *index);
-    shards.push_back(Shard{*std::move(index), *std::move(reader), 0});
+    candidates.push_back(&path);
+  }
+  if (candidates.size() >=
+      static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", name, "': too many shards"));
   }
 
-  return Finish(name, glob, std::move(shards), std::move(left_out.entries),
-                shard_names, left_out.first_failure, /*remote=*/false);
+  auto table = std::make_unique<SampleTable>(TableDir(options));
+  std::vector<Shard> shards;
+  int64_t from_sidecars = 0;
+  // In chunks, so that only a chunk's packed records are held at once.
+  constexpr size_t kChunk = 256;
+  constexpr size_t kMaxParallel = 8;
+  for (size_t begin = 0; begin < candidates.size(); begin += kChunk) {
+    const size_t n = std::min(kChunk, candidates.size() - begin);
+    std::vector<std::optional<absl::StatusOr<LocalIndex>>> indexes(n);
+    common::ParallelFor(n, kMaxParallel, [&](size_t i) {
+      // Provisional shard numbers; renumbered below without the failures.
+      indexes[i] = IndexLocalShard(name, *candidates[begin + i]);
+    });
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& path = *candidates[begin + i];
+      absl::StatusOr<LocalIndex>& result = *indexes[i];
+      if (!result.ok()) {
+        left_out.Add(path, result.status());
+        continue;
+      }
+      absl::StatusOr<std::unique_ptr<ShardReader>> reader =
+          result->from_sidecar ? ShardReader::Open(path)
+                               : ShardReader::Open(result->index);
+      if (!reader.ok()) {
+        left_out.Add(path, reader.status());
+        continue;
+      }
+      ShardIndex& index = result->index;
+      index.Renumber(static_cast<int32_t>(shards.size()));
+      WarnIfDamaged(name, path, index);
+      if (absl::Status s =
+              table->Add(index.packed(), index.sample_count(), index.file_size());
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("dataset '", name, "': ",
+                                                   s.message()));
+      }
+      index.TakePacked();
+      from_sidecars += result->from_sidecar ? 1 : 0;
+      shards.push_back(Shard{std::move(index), *std::move(reader), 0});
+    }
+  }
+  if (from_sidecars > 0) {
+    spdlog::info("dataset '{}': indexes of {} shards: {} from sidecars, {} "
+                 "read from the tar headers",
+                 name, shards.size(), from_sidecars,
+                 shards.size() - from_sidecars);
+  }
+  return Finish(name, glob, std::move(shards), std::move(table),
+                std::move(left_out.entries), shard_names,
+                left_out.first_failure, /*remote=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
@@ -267,6 +332,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
                                   static_cast<int32_t>(i), options.index);
   });
 
+  auto table = std::make_unique<SampleTable>(TableDir(options));
   std::vector<Shard> shards;
   int origins[3] = {0, 0, 0};
   for (size_t i = 0; i < objects.size(); ++i) {
@@ -279,6 +345,14 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
     ShardIndex index = std::move(result->index);
     index.Renumber(static_cast<int32_t>(shards.size()));
     WarnIfDamaged(name, objects[i]->url, index);
+    if (absl::Status s = table->Add(index.packed(), index.sample_count(),
+                                    index.file_size());
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("dataset '", name, "': ",
+                                                 s.message()));
+    }
+    index.TakePacked();
+    result = absl::CancelledError("moved");
     auto reader = std::make_unique<ShardReader>(
         objects[i]->url, MakeObjectSource(options.store, *objects[i]));
     shards.push_back(Shard{std::move(index), std::move(reader), 0,
@@ -288,8 +362,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
   spdlog::info("dataset '{}': indexes of {} objects: {} from sidecars, {} "
                "from the index cache, {} built by reading the object",
                name, shards.size(), origins[0], origins[1], origins[2]);
-  return Finish(name, pattern, std::move(shards), std::move(left_out.entries),
-                shard_names, left_out.first_failure, /*remote=*/true);
+  return Finish(name, pattern, std::move(shards), std::move(table),
+                std::move(left_out.entries), shard_names,
+                left_out.first_failure, /*remote=*/true);
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
@@ -308,8 +383,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
   LogByKind(name, "note", notes,
             [](const LeftOut& n) { return n.reason; },
             [](const LeftOut& n) { return n.path; });
+  const std::vector<SampleRecord> records = opened->shard.index.samples();
   std::vector<const SampleRecord*> unreadable;
-  for (const SampleRecord& r : opened->shard.index.samples()) {
+  for (const SampleRecord& r : records) {
     if (!r.damage.empty()) unreadable.push_back(&r);
   }
   // A defect names its file; its kind is what follows the last ": ".
@@ -325,11 +401,22 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
       });
   FilesKind kind{opened->kind, std::move(opened->classes),
                  opened->shard.fingerprint, opened->shard.total_bytes};
+  ShardIndex& index = opened->shard.index;
+  auto table = std::make_unique<SampleTable>(TableDir(options));
+  absl::Status added =
+      table->Add(index.packed(), index.sample_count(), index.file_size());
+  if (added.ok()) added = table->Seal();
+  if (!added.ok()) {
+    return absl::Status(added.code(), absl::StrCat("dataset '", name, "': ",
+                                                   added.message()));
+  }
+  index.TakePacked();
   std::vector<Shard> shards;
-  shards.push_back(Shard{std::move(opened->shard.index),
-                         std::move(opened->shard.reader), 0, ""});
-  std::unique_ptr<Dataset> dataset(new Dataset(
-      name, std::move(shards), std::move(notes), false, std::move(kind)));
+  shards.push_back(Shard{std::move(index), std::move(opened->shard.reader), 0,
+                         ""});
+  std::unique_ptr<Dataset> dataset(
+      new Dataset(name, std::move(shards), std::move(table), std::move(notes),
+                  false, std::move(kind)));
   spdlog::info("dataset '{}': {} '{}'{} in {:.3f} s: {} samples ({} cannot "
                "be read), {} classes, {} bytes, fingerprint {}; {} notes",
                name, dataset->kind(), path,
@@ -342,8 +429,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
     const std::string& name, const std::string& glob, std::vector<Shard> shards,
-    std::vector<LeftOut> left_out, int64_t shard_names,
-    const absl::Status& first_failure, bool remote) {
+    std::unique_ptr<SampleTable> table, std::vector<LeftOut> left_out,
+    int64_t shard_names, const absl::Status& first_failure, bool remote) {
   if (shard_names == 0) {
     return absl::NotFoundError(absl::StrCat(
         "dataset '", name, "': no .tar shards match '", glob, "'"));
@@ -366,9 +453,13 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
                      "' can be served: ", absl::StrJoin(listed, "; ")));
   }
 
+  if (absl::Status s = table->Seal(); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("dataset '", name, "': ", s.message()));
+  }
   std::unique_ptr<Dataset> dataset(
-      new Dataset(name, std::move(shards), std::move(left_out), remote,
-                  FilesKind{}));
+      new Dataset(name, std::move(shards), std::move(table),
+                  std::move(left_out), remote, FilesKind{}));
   if (dataset->sample_count() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset '", name, "': the ", dataset->shard_count(),
@@ -387,6 +478,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
 }
 
 Dataset::Dataset(std::string name, std::vector<Shard> shards,
+                 std::unique_ptr<SampleTable> table,
                  std::vector<LeftOut> left_out, bool remote, FilesKind files)
     : name_(std::move(name)),
       kind_(files.kind.empty() ? "shards" : std::move(files.kind)),
@@ -395,15 +487,16 @@ Dataset::Dataset(std::string name, std::vector<Shard> shards,
         int64_t first = 0;
         for (Shard& shard : shards) {
           shard.first_sample = first;
-          first += static_cast<int64_t>(shard.index.samples().size());
+          first += shard.index.sample_count();
         }
         return std::move(shards);
       }()),
+      table_(std::move(table)),
       left_out_(std::move(left_out)),
       remote_(remote) {
   uint64_t hash = kFnv64Offset;
   for (const Shard& shard : shards_) {
-    const int64_t samples = static_cast<int64_t>(shard.index.samples().size());
+    const int64_t samples = shard.index.sample_count();
     sample_count_ += samples;
     total_bytes_ += shard.index.file_size();
     defective_samples_ += shard.index.defective_samples();
@@ -437,14 +530,13 @@ size_t Dataset::ShardOf(int64_t index) const {
   return static_cast<size_t>(it - shards_.begin()) - 1;
 }
 
-const SampleRecord& Dataset::record(int64_t index) const {
+SampleRecord Dataset::record(int64_t index) const {
   if (index < 0 || index >= sample_count_) {
     spdlog::critical("Dataset::record({}) out of range [0, {})", index,
                      sample_count_);
     std::abort();
   }
-  const Shard& shard = shards_[ShardOf(index)];
-  return shard.index.samples()[index - shard.first_sample];
+  return table_->Record(index, static_cast<int32_t>(ShardOf(index)));
 }
 
 const std::string& Dataset::shard_path(int32_t shard) const {
@@ -453,6 +545,14 @@ const std::string& Dataset::shard_path(int32_t shard) const {
 
 const ShardIndex& Dataset::shard_index(int32_t shard) const {
   return ShardAt(shard).index;
+}
+
+int64_t Dataset::shard_samples(int32_t shard) const {
+  const Shard& s = ShardAt(shard);
+  const int64_t end = static_cast<size_t>(shard) + 1 < shards_.size()
+                          ? shards_[shard + 1].first_sample
+                          : sample_count_;
+  return end - s.first_sample;
 }
 
 const Dataset::Shard& Dataset::ShardAt(int32_t shard) const {
@@ -477,21 +577,18 @@ absl::Status Dataset::Read(int64_t index, std::string* image_bytes,
                            int32_t* label,
                            const RangeLookaside* lookaside) const {
   if (absl::Status s = CheckIndex(index); !s.ok()) return s;
-  const Shard& shard = shards_[ShardOf(index)];
-  return shard.reader->ReadSample(
-      shard.index.samples()[index - shard.first_sample], image_bytes, label,
+  const size_t shard = ShardOf(index);
+  return shards_[shard].reader->ReadSample(
+      table_->Record(index, static_cast<int32_t>(shard)), image_bytes, label,
       lookaside);
 }
 
-absl::Status Dataset::ReadMembers(int64_t index,
+absl::Status Dataset::ReadMembers(const SampleRecord& record,
                                   const std::vector<const MemberRef*>& members,
                                   const std::vector<std::string*>& outs,
                                   const RangeLookaside* lookaside) const {
-  if (absl::Status s = CheckIndex(index); !s.ok()) return s;
-  const Shard& shard = shards_[ShardOf(index)];
-  return shard.reader->ReadMembers(
-      shard.index.samples()[index - shard.first_sample], members, outs,
-      lookaside);
+  return ShardAt(record.shard).reader->ReadMembers(record, members, outs,
+                                                   lookaside);
 }
 
 absl::Status Dataset::ReadRange(int32_t shard, int64_t offset, int64_t size,

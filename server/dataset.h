@@ -9,6 +9,12 @@
 // lists (each in tar order), shards sorted by path (byte-wise). Samples found
 // defective at index time keep their index, so counts do not depend on which
 // samples are readable; Read returns DataLoss for them.
+//
+// Memory: the records live in a sample table (server/sample_table.h), a
+// memory-mapped file of packed records, so the dataset holds 4 bytes per
+// sample and a few hundred per shard of its own memory; local shards are
+// indexed from their sidecars ("<shard>.idx", stoker_index) when they have
+// valid ones, without reading their tar headers.
 
 #include <cstdint>
 #include <memory>
@@ -19,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "common/fnv.h"
 #include "server/remote_shards.h"
+#include "server/sample_table.h"
 #include "server/shard_reader.h"
 #include "server/storage/object_store.h"
 
@@ -47,8 +54,10 @@ class Dataset {
   };
 
   // Expands `glob` with glob(3), sorts the matches by path (byte-wise) and
-  // indexes every regular file whose name ends in ".tar" (tar headers only)
-  // before returning.
+  // indexes every regular file whose name ends in ".tar" before returning:
+  // from its sidecar "<file>.idx" if it has one made for it (same size and
+  // first block; another is said so in a warning and not used), else from
+  // its tar headers.
   //
   // Nothing one file holds can stop the others from being served:
   //   - a match that is not a usable shard is left out with a spdlog::warn
@@ -139,14 +148,17 @@ class Dataset {
   // serve the same data.
   const std::string& fingerprint() const { return fingerprint_; }
 
-  // Record of global sample `index`. Requires 0 <= index < sample_count()
-  // (checked with a crash otherwise; use Read for untrusted indices).
-  const SampleRecord& record(int64_t index) const;
+  // Record of global sample `index`, unpacked from the sample table.
+  // Requires 0 <= index < sample_count() (checked with a crash otherwise;
+  // use Read for untrusted indices).
+  SampleRecord record(int64_t index) const;
   // Path of shard `shard` as matched by the glob. Requires
   // 0 <= shard < shard_count().
   const std::string& shard_path(int32_t shard) const;
   // Index of shard `shard`. Same requirement.
   const ShardIndex& shard_index(int32_t shard) const;
+  // Samples of shard `shard` (defective ones included). Same requirement.
+  int64_t shard_samples(int32_t shard) const;
 
   // Reads global sample `index` into `*image_bytes` (capacity reused; see
   // ShardReader::ReadSample) and `*label`.
@@ -159,10 +171,9 @@ class Dataset {
   absl::Status Read(int64_t index, std::string* image_bytes, int32_t* label,
                     const RangeLookaside* lookaside = nullptr) const;
 
-  // Reads members of global sample `index` (pointers into
-  // record(index).members) into `outs`; see ShardReader::ReadMembers.
-  // OutOfRange for an index outside [0, sample_count()).
-  absl::Status ReadMembers(int64_t index,
+  // Reads members of `record` (one record() returned; pointers into its
+  // members) into `outs`; see ShardReader::ReadMembers.
+  absl::Status ReadMembers(const SampleRecord& record,
                            const std::vector<const MemberRef*>& members,
                            const std::vector<std::string*>& outs,
                            const RangeLookaside* lookaside = nullptr) const;
@@ -179,6 +190,7 @@ class Dataset {
 
  private:
   struct Shard {
+    // Its facts; the records are in the table (ShardIndex::TakePacked).
     ShardIndex index;
     std::unique_ptr<ShardReader> reader;
     // Global index of this shard's first sample.
@@ -196,7 +208,8 @@ class Dataset {
   };
 
   Dataset(std::string name, std::vector<Shard> shards,
-          std::vector<LeftOut> left_out, bool remote, FilesKind files);
+          std::unique_ptr<SampleTable> table, std::vector<LeftOut> left_out,
+          bool remote, FilesKind files);
   // Open for a folder or list.
   static absl::StatusOr<std::unique_ptr<Dataset>> OpenFiles(
       const std::string& name, const std::string& path,
@@ -208,8 +221,9 @@ class Dataset {
   // The checks and log line shared by both kinds of Open.
   static absl::StatusOr<std::unique_ptr<Dataset>> Finish(
       const std::string& name, const std::string& glob,
-      std::vector<Shard> shards, std::vector<LeftOut> left_out,
-      int64_t shard_names, const absl::Status& first_failure, bool remote);
+      std::vector<Shard> shards, std::unique_ptr<SampleTable> table,
+      std::vector<LeftOut> left_out, int64_t shard_names,
+      const absl::Status& first_failure, bool remote);
 
   // OutOfRange unless 0 <= index < sample_count().
   absl::Status CheckIndex(int64_t index) const;
@@ -222,6 +236,8 @@ class Dataset {
   const std::string kind_;
   const std::vector<std::string> classes_;
   const std::vector<Shard> shards_;
+  // Every sample's record (sealed).
+  const std::unique_ptr<const SampleTable> table_;
   int64_t sample_count_ = 0;
   int64_t total_bytes_ = 0;
   int64_t defective_samples_ = 0;

@@ -1,6 +1,6 @@
 // stoker_index: writes the sidecar index of WebDataset shards, so that a
-// server reading them from object storage needs neither to download each
-// shard once to index it nor to keep an index cache.
+// server neither reads every tar header of a local shard at start nor
+// downloads each shard in object storage once to index it.
 //
 //   stoker_index /data/train-000000.tar ...   # writes train-000000.tar.idx
 //   stoker_index --out_dir=/tmp/idx /data/*.tar
@@ -53,8 +53,8 @@ bool IndexShard(const std::string& path, const std::string& out_dir) {
                  std::string(written.message()).c_str());
     return false;
   }
-  std::printf("%s: %zu samples (%lld defective)%s -> %s (%zu bytes)\n",
-              path.c_str(), index->samples().size(),
+  std::printf("%s: %lld samples (%lld defective)%s -> %s (%zu bytes)\n",
+              path.c_str(), static_cast<long long>(index->sample_count()),
               static_cast<long long>(index->defective_samples()),
               index->damaged() ? absl::StrCat("; damaged: ", index->damage()).c_str()
                                : "",

@@ -7,8 +7,7 @@ MixtureBatches::MixtureBatches(std::shared_ptr<const common::Mixture> mixture,
                                int64_t epoch, OrderFn order)
     : mixture_(std::move(mixture)), epoch_(epoch), order_(std::move(order)) {}
 
-std::shared_ptr<const std::vector<int64_t>> MixtureBatches::OrderOf(
-    int source, int64_t epoch) const {
+common::EpochOrder MixtureBatches::OrderOf(int source, int64_t epoch) const {
   const std::pair<int, int64_t> key(source, epoch);
   {
     absl::MutexLock lock(&mu_);
@@ -19,7 +18,7 @@ std::shared_ptr<const std::vector<int64_t>> MixtureBatches::OrderOf(
     }
   }
   // Computed (or fetched from the cache) outside the lock.
-  std::shared_ptr<const std::vector<int64_t>> order = order_(source, epoch);
+  common::EpochOrder order = order_(source, epoch);
   absl::MutexLock lock(&mu_);
   kept_.insert(kept_.begin(), {key, order});
   // Two epochs of every source: a batch of a small source often spans two.
@@ -35,7 +34,7 @@ void MixtureBatches::Resolve(const std::vector<int64_t>& positions,
   samples->clear();
   sources->clear();
   source_epochs->clear();
-  std::shared_ptr<const std::vector<int64_t>> order;
+  common::EpochOrder order;
   std::pair<int, int64_t> order_key(-1, -1);
   for (const int64_t position : positions) {
     const common::MixturePick pick = mixture_->At(epoch_, position);
@@ -43,7 +42,7 @@ void MixtureBatches::Resolve(const std::vector<int64_t>& positions,
       order_key = {pick.source, pick.source_epoch};
       order = OrderOf(pick.source, pick.source_epoch);
     }
-    samples->push_back((*order)[pick.position]);
+    samples->push_back(order.At(pick.position));
     sources->push_back(pick.source);
     source_epochs->push_back(pick.source_epoch);
   }

@@ -6,7 +6,7 @@
 // order (the one a single-dataset plan of it would use) says which sample
 // that is. Orders come from a function (DataService's cache) and the last
 // few are kept here, since a batch of a small source often spans two of its
-// epochs.
+// epochs (orders hold nothing per sample: common/epoch_order.h).
 //
 // Thread-safe.
 
@@ -18,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/epoch_order.h"
 #include "common/mixture.h"
 
 namespace stoker::server {
@@ -26,8 +27,8 @@ class MixtureBatches {
  public:
   // The order of source `source`'s epoch `source_epoch` (never null; a
   // permutation of the source's samples).
-  using OrderFn = std::function<std::shared_ptr<const std::vector<int64_t>>(
-      int source, int64_t source_epoch)>;
+  using OrderFn =
+      std::function<common::EpochOrder(int source, int64_t source_epoch)>;
 
   MixtureBatches(std::shared_ptr<const common::Mixture> mixture,
                  int64_t epoch, OrderFn order);
@@ -40,16 +41,14 @@ class MixtureBatches {
                std::vector<int64_t>* source_epochs) const;
 
  private:
-  std::shared_ptr<const std::vector<int64_t>> OrderOf(int source,
-                                                      int64_t epoch) const;
+  common::EpochOrder OrderOf(int source, int64_t epoch) const;
 
   const std::shared_ptr<const common::Mixture> mixture_;
   const int64_t epoch_;
   const OrderFn order_;
   mutable absl::Mutex mu_;
   // The most recently used orders, (source, epoch) first.
-  mutable std::vector<std::pair<std::pair<int, int64_t>,
-                                std::shared_ptr<const std::vector<int64_t>>>>
+  mutable std::vector<std::pair<std::pair<int, int64_t>, common::EpochOrder>>
       kept_ ABSL_GUARDED_BY(mu_);
 };
 

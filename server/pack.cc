@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/atomic_file.h"
-#include "common/epoch_plan.h"
+#include "common/epoch_order.h"
 #include "common/fnv.h"
 #include "common/parallel.h"
 #include "server/shard_index_file.h"
@@ -55,7 +55,7 @@ void AllMembers(const SampleRecord& record, std::vector<std::string>* data,
 // Everything the plan depends on.
 std::string Manifest(const Dataset& dataset, const PackOptions& o) {
   return absl::StrCat(
-      "stoker-pack 1\n", "dataset_fingerprint=", dataset.fingerprint(), "\n",
+      "stoker-pack 2\n", "dataset_fingerprint=", dataset.fingerprint(), "\n",
       "samples=", dataset.sample_count(), "\n", "prefix=", o.prefix, "\n",
       "shard_bytes=", o.shard_bytes, "\n", "shard_samples=", o.shard_samples,
       "\n", "shuffle=", o.shuffle ? 1 : 0, "\n",
@@ -68,11 +68,14 @@ class Packer {
       : dataset_(dataset), options_(options) {}
 
   void Plan() {
-    const std::vector<int64_t> order = common::EpochPlan::GlobalOrder(
-        dataset_.sample_count(), options_.shuffle_seed, 0, options_.shuffle);
+    const int64_t n = dataset_.sample_count();
+    const common::EpochOrder order =
+        options_.shuffle ? common::EpochOrder::Shuffled(n, options_.shuffle_seed, 0)
+                         : common::EpochOrder::Identity(n);
     std::vector<int64_t> current;
     int64_t current_bytes = 0;
-    for (const int64_t s : order) {
+    for (int64_t position = 0; position < n; ++position) {
+      const int64_t s = order.At(position);
       const SampleRecord& r = dataset_.record(s);
       if (!r.damage.empty()) {
         LeftOut(r.key, r.damage);
@@ -175,7 +178,7 @@ class Packer {
     absl::StatusOr<DecodedIndex> decoded = DecodeShardIndex(
         *bytes, path, static_cast<int32_t>(i), st.st_size);
     if (!decoded.ok()) return decoded.status();
-    return static_cast<int64_t>(decoded->index.samples().size());
+    return decoded->index.sample_count();
   }
 
   absl::StatusOr<int64_t> Write(size_t i, const std::string& partial,
@@ -184,11 +187,11 @@ class Packer {
     if (!tar.ok()) return tar.status();
     std::vector<std::string> data;
     for (const int64_t s : plan_[i]) {
-      const SampleRecord& r = dataset_.record(s);
+      const SampleRecord r = dataset_.record(s);
       std::vector<const MemberRef*> members;
       std::vector<std::string*> outs;
       AllMembers(r, &data, &members, &outs);
-      if (absl::Status read = dataset_.ReadMembers(s, members, outs);
+      if (absl::Status read = dataset_.ReadMembers(r, members, outs);
           !read.ok()) {
         LeftOut(r.key, read.message());
         continue;
@@ -231,16 +234,17 @@ class Packer {
         ShardIndex::Build(partial, static_cast<int32_t>(i));
     if (!index.ok()) return bad(std::string(index.status().message()));
     if (index->damaged()) return bad(index->damage());
-    if (index->samples().size() != written.size()) {
-      return bad(absl::StrCat(index->samples().size(), " samples, ",
-                              written.size(), " written"));
+    const std::vector<SampleRecord> records = index->samples();
+    if (records.size() != written.size()) {
+      return bad(absl::StrCat(records.size(), " samples, ", written.size(),
+                              " written"));
     }
     absl::StatusOr<std::unique_ptr<ShardReader>> reader =
         ShardReader::Open(*index);
     if (!reader.ok()) return reader.status();
     std::vector<std::string> data;
     for (size_t s = 0; s < written.size(); ++s) {
-      const SampleRecord& r = index->samples()[s];
+      const SampleRecord& r = records[s];
       const WrittenSample& w = written[s];
       if (r.key != w.key || r.members.size() != w.members.size()) {
         return bad(absl::StrCat("sample ", s, " is '", r.key, "' with ",
@@ -314,8 +318,8 @@ absl::StatusOr<PackReport> Pack(const Dataset& dataset,
       old.ok()) {
     if (*old != manifest) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "'", options.out_dir, "' holds a pack of another dataset or with "
-          "other options (", manifest_path, "); give another --out_dir or "
+          "'", options.out_dir, "' holds a pack of another dataset, with "
+          "other options or by an older stoker_pack (", manifest_path, "); give another --out_dir or "
           "--prefix, or delete it"));
     }
     spdlog::info("{}: resuming the pack it records", manifest_path);

@@ -367,13 +367,13 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
                                  const FieldTargets& targets,
                                  const RangeLookaside* lookaside) {
   FieldSampleResult result;
-  const SampleRecord& record = dataset.record(sample);
+  const SampleRecord record = dataset.record(sample);
   SampleMembers members;
   result.status = FindMembers(layout, record, scratch, &members, &result);
   if (!result.status.ok()) return result;
   const int64_t t0 = common::SteadyNowNs();
   result.status =
-      dataset.ReadMembers(sample, members.to_read, members.outs, lookaside);
+      dataset.ReadMembers(record, members.to_read, members.outs, lookaside);
   result.read_ns = common::SteadyNowNs() - t0;
   if (!result.status.ok()) return result;
 

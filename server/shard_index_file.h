@@ -4,7 +4,9 @@
 // Shard indexes on disk and in object storage: the sidecar "<shard>.idx"
 // that stoker_index writes beside a shard (so a server need not read a
 // remote shard whole to index it), and the entries of the server's local
-// index cache. Format: proto/shard_index.proto (binary), version 1.
+// index cache. Format: proto/shard_index.proto; version 2 written (a small
+// header, then the samples as packed records: server/packed_records.h),
+// versions 1 and 2 read.
 //
 // A decoded index is as trustworthy as the shard: DecodeShardIndex checks
 // every offset and size against the shard's size before any of it is used,
@@ -64,6 +66,14 @@ absl::StatusOr<DecodedIndex> DecodeShardIndex(absl::string_view bytes,
                                               const std::string& path,
                                               int32_t shard_id,
                                               int64_t shard_size);
+
+// The sidecar at `sidecar_path` of the local shard `shard_path`, decoded
+// (as shard 0) and checked against the shard: its size and its first
+// block's hash. NotFound if there is no sidecar; DataLoss saying why if it
+// is not for this shard (stale or damaged) or larger than
+// kMaxIndexFileBytes; the shard's open or read error.
+absl::StatusOr<DecodedIndex> ReadLocalSidecar(const std::string& shard_path,
+                                              const std::string& sidecar_path);
 
 }  // namespace stoker::server
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/packed_records.h"
 
 namespace stoker::server {
 namespace {
@@ -197,7 +198,10 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
 
   index.truncation_ = scanner.truncation();
   SampleGrouper::Result grouped = std::move(grouper).Finish(index.truncation_);
-  index.samples_ = std::move(grouped.samples);
+  index.sample_count_ = static_cast<int64_t>(grouped.samples.size());
+  for (const SampleRecord& record : grouped.samples) {
+    PackRecord(record, &index.packed_);
+  }
   index.defective_samples_ = grouped.defective_samples;
   index.damaged_samples_ = grouped.damaged_samples;
   for (const CorruptRegion& region : index.corrupt_regions_) {
@@ -209,29 +213,49 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
   return index;
 }
 
-void ShardIndex::Renumber(int32_t shard_id) {
-  shard_id_ = shard_id;
-  for (SampleRecord& record : samples_) record.shard = shard_id;
+void ShardIndex::Renumber(int32_t shard_id) { shard_id_ = shard_id; }
+
+std::vector<SampleRecord> ShardIndex::samples() const {
+  return UnpackRecords(packed_, shard_id_);
 }
+
+std::string ShardIndex::TakePacked() { return std::move(packed_); }
 
 ShardIndex ShardIndex::FromParts(std::string path, int32_t shard_id,
                                  int64_t file_size,
-                                 std::vector<SampleRecord> samples,
+                                 const std::vector<SampleRecord>& samples,
                                  std::string truncation,
                                  std::vector<CorruptRegion> corrupt_regions,
                                  int64_t damaged_samples) {
+  std::string packed;
+  for (const SampleRecord& record : samples) PackRecord(record, &packed);
+  int64_t defective = 0;
+  for (const SampleRecord& record : samples) {
+    defective += record.defect.empty() ? 0 : 1;
+  }
+  return FromPacked(std::move(path), shard_id, file_size, std::move(packed),
+                    static_cast<int64_t>(samples.size()), defective,
+                    std::move(truncation), std::move(corrupt_regions),
+                    damaged_samples);
+}
+
+ShardIndex ShardIndex::FromPacked(std::string path, int32_t shard_id,
+                                  int64_t file_size, std::string packed,
+                                  int64_t sample_count,
+                                  int64_t defective_samples,
+                                  std::string truncation,
+                                  std::vector<CorruptRegion> corrupt_regions,
+                                  int64_t damaged_samples) {
   ShardIndex index;
   index.path_ = std::move(path);
   index.shard_id_ = shard_id;
   index.file_size_ = file_size;
-  index.samples_ = std::move(samples);
+  index.packed_ = std::move(packed);
+  index.sample_count_ = sample_count;
+  index.defective_samples_ = defective_samples;
   index.truncation_ = std::move(truncation);
   index.corrupt_regions_ = std::move(corrupt_regions);
   index.damaged_samples_ = damaged_samples;
-  for (SampleRecord& record : index.samples_) {
-    record.shard = shard_id;
-    if (!record.defect.empty()) ++index.defective_samples_;
-  }
   for (const CorruptRegion& region : index.corrupt_regions_) {
     index.skipped_bytes_ += region.size;
   }

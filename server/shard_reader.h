@@ -116,19 +116,26 @@ class ShardIndex {
 
   // An index from the parts Build found, read back from an index file
   // (server/shard_index_file.h) for the shard named `path` (a path or URL):
-  // every record's `shard` is set to `shard_id`, and the counters and the
-  // damage text are derived as Build derives them. mtime, device and inode
-  // are zero. The caller checks the parts.
+  // the records are packed (server/packed_records.h) and the counters and
+  // the damage text are derived as Build derives them. mtime, device and
+  // inode are zero. The caller checks the parts.
   static ShardIndex FromParts(std::string path, int32_t shard_id,
                               int64_t file_size,
-                              std::vector<SampleRecord> samples,
+                              const std::vector<SampleRecord>& samples,
                               std::string truncation,
                               std::vector<CorruptRegion> corrupt_regions,
                               int64_t damaged_samples);
+  // Same, from records already packed and checked (ScanPackedRecords).
+  static ShardIndex FromPacked(std::string path, int32_t shard_id,
+                               int64_t file_size, std::string packed,
+                               int64_t sample_count, int64_t defective_samples,
+                               std::string truncation,
+                               std::vector<CorruptRegion> corrupt_regions,
+                               int64_t damaged_samples);
 
-  // Sets shard_id() and every record's `shard` to `shard_id`: for an index
-  // made before its shard's final number was known. Only before the index
-  // is shared.
+  // Sets shard_id() (the `shard` of the records samples() unpacks) to
+  // `shard_id`: for an index made before its shard's final number was
+  // known. Only before the index is shared.
   void Renumber(int32_t shard_id);
 
   const std::string& path() const { return path_; }
@@ -142,8 +149,16 @@ class ShardIndex {
   uint64_t device() const { return device_; }
   uint64_t inode() const { return inode_; }
   // Samples in the order their first member appears in the tar, defective
-  // ones included.
-  const std::vector<SampleRecord>& samples() const { return samples_; }
+  // ones included (sample_count() of them, until TakePacked).
+  int64_t sample_count() const { return sample_count_; }
+  // The records, unpacked (a copy: for tools and tests; servers read them
+  // from their dataset's sample table). Empty after TakePacked.
+  std::vector<SampleRecord> samples() const;
+  // The records, packed (server/packed_records.h), in sample order.
+  const std::string& packed() const { return packed_; }
+  // Moves the packed records out (to a dataset's sample table); the other
+  // facts, sample_count() included, stay.
+  std::string TakePacked();
   // Number of samples with a non-empty defect (damaged_samples() included).
   int64_t defective_samples() const { return defective_samples_; }
   // Number of samples that are defective because of corruption or
@@ -180,7 +195,9 @@ class ShardIndex {
   absl::Time mtime_;
   uint64_t device_ = 0;
   uint64_t inode_ = 0;
-  std::vector<SampleRecord> samples_;
+  // The samples' records, packed.
+  std::string packed_;
+  int64_t sample_count_ = 0;
   int64_t defective_samples_ = 0;
   int64_t damaged_samples_ = 0;
   std::string truncation_;

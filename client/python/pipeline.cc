@@ -91,7 +91,6 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
     pipeline->dataset_samples_ = pipeline->loader_->dataset_samples();
     pipeline->classes_ = pipeline->loader_->classes();
     pipeline->plan_id_ = pipeline->loader_->plan_id();
-    pipeline->legacy_plan_id_ = pipeline->loader_->legacy_plan_id();
     pipeline->facts_ = pipeline->loader_->plan_facts();
     pipeline->cut_ = pipeline->loader_->cursor().cut;
     pipeline->position_ = Position(0, pipeline->num_batches_);

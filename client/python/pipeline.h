@@ -113,7 +113,6 @@ class Pipeline {
   int64_t dataset_samples() const { return dataset_samples_; }
   const std::vector<std::string>& classes() const { return classes_; }
   const std::string& plan_id() const { return plan_id_; }
-  const std::string& legacy_plan_id() const { return legacy_plan_id_; }
   const PlanFacts& facts() const { return facts_; }
   const PipelineOptions& options() const { return options_; }
 
@@ -182,7 +181,6 @@ class Pipeline {
   int64_t dataset_samples_ = 0;
   std::vector<std::string> classes_;
   std::string plan_id_;
-  std::string legacy_plan_id_;
   PlanFacts facts_;
 
   // Serializes the consumer calls (Start, Next, Abandon).

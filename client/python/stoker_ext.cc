@@ -578,7 +578,6 @@ class PyPipeline {
   int64_t dataset_samples() { return Get()->dataset_samples(); }
   std::vector<std::string> classes() { return Get()->classes(); }
   std::string plan_id() { return Get()->plan_id(); }
-  std::string legacy_plan_id() { return Get()->legacy_plan_id(); }
   // The data plan's parts (client/cursor.h PlanFacts), for state dicts.
   py::dict plan_facts() {
     const PlanFacts f = Get()->facts();
@@ -766,15 +765,12 @@ py::dict ParseCursorDict(const std::string& text) {
   d["epoch"] = cursor.epoch;
   d["next_batch"] = cursor.next_batch;
   d["delivered_after"] = cursor.delivered_after;
-  d["version"] = cursor.version;
-  if (cursor.version >= 2) {
-    d["rank"] = cursor.cut.rank;
-    d["world_size"] = cursor.cut.world_size;
-    d["batch_size"] = cursor.cut.batch_size;
-    d["drop_last"] = cursor.cut.drop_last;
-    d["consumed_prefix"] = cursor.cut.consumed_prefix;
-    d["consumed_after"] = cursor.cut.consumed_after;
-  }
+  d["rank"] = cursor.cut.rank;
+  d["world_size"] = cursor.cut.world_size;
+  d["batch_size"] = cursor.cut.batch_size;
+  d["drop_last"] = cursor.cut.drop_last;
+  d["consumed_prefix"] = cursor.cut.consumed_prefix;
+  d["consumed_after"] = cursor.cut.consumed_after;
   return d;
 }
 
@@ -922,7 +918,6 @@ PYBIND11_MODULE(_stoker, m) {
       .def_property_readonly("closed", &PyPipeline::closed)
       .def("start", &PyPipeline::Start, py::arg("cursors"))
       .def_property_readonly("epoch_batches", &PyPipeline::epoch_batches)
-      .def_property_readonly("legacy_plan_id", &PyPipeline::legacy_plan_id)
       .def_property_readonly("plan_facts", &PyPipeline::plan_facts)
       .def("start_epoch", &PyPipeline::StartEpoch, py::arg("epoch"))
       .def("next", &PyPipeline::Next)

@@ -205,10 +205,6 @@ TEST(ElasticTest, RefusesMixedOrIncompleteCursorLists) {
   other_shape[2].cut.batch_size = 5;
   EXPECT_THAT(ContinueFrom(other_shape, 50).status().message(),
               HasSubstr("different shapes"));
-  Cursor v1 = run.cursors[0];
-  v1.version = 1;
-  EXPECT_THAT(ContinueFrom({v1}, 50).status().message(),
-              HasSubstr("version-1"));
   // Batches beyond the cut's epoch.
   Cursor beyond = run.cursors[0];
   beyond.next_batch = 100;

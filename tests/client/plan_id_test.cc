@@ -12,8 +12,7 @@
 namespace stoker::client {
 namespace {
 
-// The plan the pinned ids below were computed for (with the code in
-// Loader::Init before the plan id moved here; saved cursors carry them).
+// A plan whose data plan id is pinned below (saved cursors carry it).
 PlanIdentity KnownPlan() {
   PlanIdentity plan;
   plan.fingerprint = "fp-0123456789";
@@ -25,82 +24,74 @@ PlanIdentity KnownPlan() {
   return plan;
 }
 
+std::string IdOf(const PlanIdentity& plan) {
+  return DataPlanId(FactsOf(plan));
+}
+
 struct Variant {
   const char* name;
   std::function<void(PlanIdentity*)> change;
-  // The id Loader::plan_id() gave for this plan before the move.
-  const char* pinned_id;
 };
 
-std::vector<Variant> Variants() {
+// Changes of the data plan: each gives another id.
+std::vector<Variant> DataVariants() {
   return {
-      {"dataset", [](PlanIdentity* p) { p->dataset = "val"; },
-       "567bc151352a1701"},
+      {"dataset", [](PlanIdentity* p) { p->dataset = "val"; }},
+      {"fingerprint", [](PlanIdentity* p) { p->fingerprint = "fp-98"; }},
       {"transform",
        [](PlanIdentity* p) {
          p->transform = *image::ParseTransform("CenterCrop(224)");
-       },
-       "b4b563c8113e80c7"},
-      {"batch_size", [](PlanIdentity* p) { p->batch_size = 33; },
-       "7136a9f044d35bb1"},
-      {"seed", [](PlanIdentity* p) { p->seed = 8; }, "b786e5385bc07fef"},
-      {"rank",
-       [](PlanIdentity* p) {
-         p->rank = 1;
-         p->world_size = 2;
-       },
-       "da81971a3346b9d8"},
-      {"world_size", [](PlanIdentity* p) { p->world_size = 2; },
-       "1a875edac1aa29eb"},
-      {"shuffle", [](PlanIdentity* p) { p->shuffle = false; },
-       "64228bcb45558439"},
-      {"drop_last", [](PlanIdentity* p) { p->drop_last = true; },
-       "597461cb3eb67089"},
-      {"shuffle_window", [](PlanIdentity* p) { p->shuffle_window = 64; },
-       "444017d6f89d9e0c"},
+       }},
+      {"seed", [](PlanIdentity* p) { p->seed = 8; }},
+      {"shuffle", [](PlanIdentity* p) { p->shuffle = false; }},
+      {"shuffle_window", [](PlanIdentity* p) { p->shuffle_window = 64; }},
       {"fields",
        [](PlanIdentity* p) {
          p->fields = FieldSpecs(
              *ParseFields("image=jpg;png:image, c=cls:class"));
-       },
-       "d242f44290e0d4c1"},
+       }},
+      {"mixture", [](PlanIdentity* p) { p->mixture = "a:0.5,b:0.5"; }},
+  };
+}
+
+// Changes of the shape: the data plan (and its id) stays.
+std::vector<Variant> ShapeVariants() {
+  return {
+      {"batch_size", [](PlanIdentity* p) { p->batch_size = 33; }},
+      {"rank",
+       [](PlanIdentity* p) {
+         p->rank = 1;
+         p->world_size = 2;
+       }},
+      {"world_size", [](PlanIdentity* p) { p->world_size = 2; }},
+      {"drop_last", [](PlanIdentity* p) { p->drop_last = true; }},
   };
 }
 
 TEST(PlanIdTest, KnownPlanKeepsItsId) {
-  EXPECT_EQ(ComputePlanId(KnownPlan()), "597460cb3eb66ed6");
+  // Version 3 of the data plan (the constant-memory orders).
+  EXPECT_EQ(IdOf(KnownPlan()), "ce6d04b6230d26f6");
 }
 
-TEST(PlanIdTest, EachPlanFieldKeepsItsPinnedId) {
-  for (const Variant& v : Variants()) {
-    PlanIdentity plan = KnownPlan();
-    v.change(&plan);
-    EXPECT_EQ(ComputePlanId(plan), v.pinned_id) << v.name;
-  }
-}
-
-TEST(PlanIdTest, SameInputsGiveTheSameId) {
-  EXPECT_EQ(ComputePlanId(KnownPlan()), ComputePlanId(KnownPlan()));
-  PlanIdentity with_fields = KnownPlan();
-  with_fields.fields =
-      FieldSpecs(*ParseFields("image=jpg;png:image, c=cls:class"));
-  EXPECT_EQ(ComputePlanId(with_fields), ComputePlanId(with_fields));
-}
-
-TEST(PlanIdTest, EachPlanFieldChangesTheId) {
-  const std::string known = ComputePlanId(KnownPlan());
+TEST(PlanIdTest, EachDataPlanFieldChangesTheId) {
+  const std::string known = IdOf(KnownPlan());
   std::vector<std::string> ids = {known};
-  for (const Variant& v : Variants()) {
+  for (const Variant& v : DataVariants()) {
     PlanIdentity plan = KnownPlan();
     v.change(&plan);
-    const std::string id = ComputePlanId(plan);
-    EXPECT_NE(id, known) << v.name;
+    const std::string id = IdOf(plan);
+    EXPECT_EQ(id, IdOf(plan)) << v.name;
     for (const std::string& other : ids) EXPECT_NE(id, other) << v.name;
     ids.push_back(id);
   }
-  PlanIdentity other_data = KnownPlan();
-  other_data.fingerprint = "fp-9876543210";
-  EXPECT_NE(ComputePlanId(other_data), known);
+}
+
+TEST(PlanIdTest, TheShapeDoesNotChangeTheId) {
+  for (const Variant& v : ShapeVariants()) {
+    PlanIdentity plan = KnownPlan();
+    v.change(&plan);
+    EXPECT_EQ(IdOf(plan), IdOf(KnownPlan())) << v.name;
+  }
 }
 
 TEST(PlanIdTest, ShuffleWindowCountsOnlyWithShuffle) {
@@ -108,12 +99,11 @@ TEST(PlanIdTest, ShuffleWindowCountsOnlyWithShuffle) {
   ordered.shuffle = false;
   PlanIdentity ordered_window = ordered;
   ordered_window.shuffle_window = 64;
-  EXPECT_EQ(ComputePlanId(ordered_window), ComputePlanId(ordered));
-  EXPECT_EQ(ComputePlanId(ordered_window), "64228bcb45558439");
+  EXPECT_EQ(IdOf(ordered_window), IdOf(ordered));
 }
 
 TEST(PlanIdTest, IsSixteenHexDigits) {
-  const std::string id = ComputePlanId(KnownPlan());
+  const std::string id = IdOf(KnownPlan());
   ASSERT_EQ(id.size(), 16u);
   EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos);
 }

@@ -19,6 +19,25 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+// Every entry of an order, position by position.
+std::vector<int64_t> Entries(const EpochOrder& order) {
+  std::vector<int64_t> out(order.size());
+  for (int64_t i = 0; i < order.size(); ++i) out[i] = order.At(i);
+  return out;
+}
+
+// The order a plan of (n, seed, epoch, shuffle) uses.
+std::vector<int64_t> GlobalOrder(int64_t n, uint64_t seed, int64_t epoch,
+                                 bool shuffle) {
+  return Entries(shuffle ? EpochOrder::Shuffled(n, seed, epoch)
+                         : EpochOrder::Identity(n));
+}
+
+std::vector<int64_t> BlockOrder(const std::vector<int64_t>& sizes,
+                                uint64_t seed, int64_t epoch, int64_t window) {
+  return Entries(EpochOrder::Blocks(sizes, seed, epoch, window));
+}
+
 class EpochPlanTest : public ::testing::Test {
  protected:
   static EpochPlanParams Params(int64_t num_samples, int world_size,
@@ -189,19 +208,21 @@ TEST_F(EpochPlanTest, IsDeterministic) {
 }
 
 TEST_F(EpochPlanTest, GlobalOrderMatchesGoldenValues) {
-  // Computed with an independent Python implementation; pins the shuffle.
-  EXPECT_EQ(EpochPlan::GlobalOrder(10, 1, 0, true),
-            (std::vector<int64_t>{0, 3, 5, 1, 2, 4, 9, 7, 8, 6}));
-  EXPECT_EQ(EpochPlan::GlobalOrder(10, 1, 1, true),
-            (std::vector<int64_t>{8, 2, 0, 3, 9, 1, 7, 4, 5, 6}));
-  EXPECT_EQ(EpochPlan::GlobalOrder(10, 2, 0, true),
-            (std::vector<int64_t>{9, 4, 1, 0, 7, 2, 5, 6, 3, 8}));
+  // Computed with an independent Python implementation (SplitMix64's
+  // finalizer, 6 Feistel rounds over 2 x 2 bits, cycle walking); pins the
+  // shuffle, which saved cursors depend on.
+  EXPECT_EQ(GlobalOrder(10, 1, 0, true),
+            (std::vector<int64_t>{6, 2, 7, 5, 0, 3, 9, 8, 4, 1}));
+  EXPECT_EQ(GlobalOrder(10, 1, 1, true),
+            (std::vector<int64_t>{9, 6, 7, 0, 5, 4, 3, 2, 8, 1}));
+  EXPECT_EQ(GlobalOrder(10, 2, 0, true),
+            (std::vector<int64_t>{2, 5, 3, 6, 0, 1, 8, 9, 7, 4}));
 }
 
 TEST_F(EpochPlanTest, SeedAndEpochChangeTheOrder) {
-  const std::vector<int64_t> base = EpochPlan::GlobalOrder(1000, 17, 3, true);
-  EXPECT_NE(base, EpochPlan::GlobalOrder(1000, 18, 3, true));
-  EXPECT_NE(base, EpochPlan::GlobalOrder(1000, 17, 4, true));
+  const std::vector<int64_t> base = GlobalOrder(1000, 17, 3, true);
+  EXPECT_NE(base, GlobalOrder(1000, 18, 3, true));
+  EXPECT_NE(base, GlobalOrder(1000, 17, 4, true));
   std::vector<int64_t> sorted = base;
   std::sort(sorted.begin(), sorted.end());
   std::vector<int64_t> identity(1000);
@@ -218,36 +239,32 @@ TEST_F(EpochPlanTest, SeedAndEpochChangeTheOrder) {
 TEST_F(EpochPlanTest, NoShuffleIsIdentity) {
   std::vector<int64_t> identity(50);
   std::iota(identity.begin(), identity.end(), int64_t{0});
-  EXPECT_EQ(EpochPlan::GlobalOrder(50, 17, 3, false), identity);
+  EXPECT_EQ(GlobalOrder(50, 17, 3, false), identity);
   EpochPlanParams p = Params(50, 1, 50);
   p.shuffle = false;
   EXPECT_EQ(MustCreate(p).BatchSamples(0), identity);
 }
 
-TEST_F(EpochPlanTest, SharedOrderIsUsedAndReusingStorageWorks) {
-  auto order = std::make_shared<const std::vector<int64_t>>(
-      std::vector<int64_t>{4, 3, 2, 1, 0});
+TEST_F(EpochPlanTest, GivenOrderIsUsedAndReusingStorageWorks) {
+  const std::vector<int64_t> sizes = {2, 3};
+  const EpochOrder order = EpochOrder::Blocks(sizes, 17, 3, 1);
   absl::StatusOr<EpochPlan> plan = EpochPlan::Create(Params(5, 1, 2), order);
   ASSERT_TRUE(plan.ok()) << plan.status();
   std::vector<int64_t> out = {99, 98, 97, 96};
   plan->BatchSamples(0, &out);
-  EXPECT_THAT(out, ElementsAre(4, 3));
+  EXPECT_THAT(out, ElementsAre(order.At(0), order.At(1)));
   plan->BatchSamples(2, &out);
-  EXPECT_THAT(out, ElementsAre(0));
+  EXPECT_THAT(out, ElementsAre(order.At(4)));
 
   const EpochPlan copy = *plan;
   EXPECT_EQ(AllBatches(copy), AllBatches(*plan));
 }
 
-TEST_F(EpochPlanTest, SharedOrderOfWrongSizeOrNullIsRejected) {
-  auto order = std::make_shared<const std::vector<int64_t>>(
-      std::vector<int64_t>{0, 1, 2});
-  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(Params(5, 1, 2), order);
+TEST_F(EpochPlanTest, GivenOrderOfWrongSizeIsRejected) {
+  absl::StatusOr<EpochPlan> plan =
+      EpochPlan::Create(Params(5, 1, 2), EpochOrder::Identity(3));
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(plan.status().message(), HasSubstr("global_order"));
-  plan = EpochPlan::Create(Params(5, 1, 2), nullptr);
-  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(plan.status().message(), HasSubstr("global_order"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("global order"));
 }
 
 TEST_F(EpochPlanTest, InvalidParamsNameTheField) {
@@ -335,34 +352,34 @@ TEST_F(EpochPlanTest, BlockOrderIsPermutationForAnyWindow) {
   for (const int64_t window : {int64_t{1}, int64_t{2}, int64_t{5},
                                int64_t{16}, total - 1, total, total + 10}) {
     EXPECT_TRUE(IsPermutationOfRange(
-        EpochPlan::BlockOrder(kUnevenShards, 17, 3, window), total))
+        BlockOrder(kUnevenShards, 17, 3, window), total))
         << "window " << window;
   }
 }
 
 TEST_F(EpochPlanTest, BlockOrderIsDeterministicAndVariesWithSeedAndEpoch) {
   const std::vector<int64_t> base =
-      EpochPlan::BlockOrder(kUnevenShards, 17, 3, 6);
-  EXPECT_EQ(base, EpochPlan::BlockOrder(kUnevenShards, 17, 3, 6));
-  EXPECT_NE(base, EpochPlan::BlockOrder(kUnevenShards, 18, 3, 6));
-  EXPECT_NE(base, EpochPlan::BlockOrder(kUnevenShards, 17, 4, 6));
+      BlockOrder(kUnevenShards, 17, 3, 6);
+  EXPECT_EQ(base, BlockOrder(kUnevenShards, 17, 3, 6));
+  EXPECT_NE(base, BlockOrder(kUnevenShards, 18, 3, 6));
+  EXPECT_NE(base, BlockOrder(kUnevenShards, 17, 4, 6));
   // The shard order itself changes across epochs, too.
   std::set<std::vector<int64_t>> shard_orders;
   for (int64_t epoch = 0; epoch < 8; ++epoch) {
     shard_orders.insert(ShardSequence(
-        kUnevenShards, EpochPlan::BlockOrder(kUnevenShards, 17, epoch, 1)));
+        kUnevenShards, BlockOrder(kUnevenShards, 17, epoch, 1)));
   }
   EXPECT_GT(shard_orders.size(), 1u);
   // It is not GlobalOrder (a different stream, and shards stay together).
-  EXPECT_NE(EpochPlan::BlockOrder(kUnevenShards, 17, 3, Total(kUnevenShards)),
-            EpochPlan::GlobalOrder(Total(kUnevenShards), 17, 3, true));
+  EXPECT_NE(BlockOrder(kUnevenShards, 17, 3, Total(kUnevenShards)),
+            GlobalOrder(Total(kUnevenShards), 17, 3, true));
 }
 
 TEST_F(EpochPlanTest, BlockOrderWindowOneKeepsShardsWholeAndInTarOrder) {
   const std::vector<int64_t> starts = ShardStarts(kUnevenShards);
   for (int64_t epoch = 0; epoch < 5; ++epoch) {
     const std::vector<int64_t> order =
-        EpochPlan::BlockOrder(kUnevenShards, 99, epoch, 1);
+        BlockOrder(kUnevenShards, 99, epoch, 1);
     ASSERT_TRUE(IsPermutationOfRange(order, Total(kUnevenShards)));
     // Each shard appears exactly once as one run, in its tar order.
     const std::vector<int64_t> shards = ShardSequence(kUnevenShards, order);
@@ -379,13 +396,13 @@ TEST_F(EpochPlanTest, BlockOrderWindowOneKeepsShardsWholeAndInTarOrder) {
   bool shuffled = false;
   for (int64_t epoch = 0; epoch < 5; ++epoch) {
     std::vector<int64_t> shards = ShardSequence(
-        kUnevenShards, EpochPlan::BlockOrder(kUnevenShards, 99, epoch, 1));
+        kUnevenShards, BlockOrder(kUnevenShards, 99, epoch, 1));
     shuffled = shuffled || !std::is_sorted(shards.begin(), shards.end());
   }
   EXPECT_TRUE(shuffled);
   // A window of 0 (or less) is treated as 1.
-  EXPECT_EQ(EpochPlan::BlockOrder(kUnevenShards, 99, 0, 0),
-            EpochPlan::BlockOrder(kUnevenShards, 99, 0, 1));
+  EXPECT_EQ(BlockOrder(kUnevenShards, 99, 0, 0),
+            BlockOrder(kUnevenShards, 99, 0, 1));
 }
 
 TEST_F(EpochPlanTest, BlockOrderKeepsSamplesInsideTheirWindow) {
@@ -397,9 +414,9 @@ TEST_F(EpochPlanTest, BlockOrderKeepsSamplesInsideTheirWindow) {
                                int64_t{10}}) {
     for (int64_t epoch = 0; epoch < 3; ++epoch) {
       const std::vector<int64_t> concat =
-          EpochPlan::BlockOrder(kUnevenShards, 5, epoch, 1);
+          BlockOrder(kUnevenShards, 5, epoch, 1);
       const std::vector<int64_t> order =
-          EpochPlan::BlockOrder(kUnevenShards, 5, epoch, window);
+          BlockOrder(kUnevenShards, 5, epoch, window);
       ASSERT_EQ(order.size(), concat.size());
       bool moved = false;
       for (int64_t start = 0; start < total; start += window) {
@@ -426,7 +443,7 @@ TEST_F(EpochPlanTest, BlockOrderWindowDividingShardSizesStaysInOneShard) {
   for (const int64_t window : {int64_t{2}, int64_t{4}}) {
     for (int64_t epoch = 0; epoch < 4; ++epoch) {
       const std::vector<int64_t> order =
-          EpochPlan::BlockOrder(sizes, 11, epoch, window);
+          BlockOrder(sizes, 11, epoch, window);
       ASSERT_TRUE(IsPermutationOfRange(order, total));
       for (int64_t start = 0; start < total; start += window) {
         std::set<int64_t> shards;
@@ -443,7 +460,7 @@ TEST_F(EpochPlanTest, BlockOrderWindowDividingShardSizesStaysInOneShard) {
 TEST_F(EpochPlanTest, BlockOrderWindowCoveringEverythingMixesShards) {
   const int64_t total = Total(kUnevenShards);
   const std::vector<int64_t> order =
-      EpochPlan::BlockOrder(kUnevenShards, 17, 3, total);
+      BlockOrder(kUnevenShards, 17, 3, total);
   ASSERT_TRUE(IsPermutationOfRange(order, total));
   // With one window over everything, consecutive samples seldom share a
   // shard; with window 1 all but (shards - 1) pairs do.
@@ -458,32 +475,32 @@ TEST_F(EpochPlanTest, BlockOrderWindowCoveringEverythingMixesShards) {
 TEST_F(EpochPlanTest, BlockOrderWindowsBeyondTheTotalAreOneWindow) {
   const int64_t total = Total(kUnevenShards);
   const std::vector<int64_t> one_window =
-      EpochPlan::BlockOrder(kUnevenShards, 17, 3, total);
-  EXPECT_EQ(EpochPlan::BlockOrder(kUnevenShards, 17, 3, total + 1), one_window);
-  EXPECT_EQ(EpochPlan::BlockOrder(kUnevenShards, 17, 3,
+      BlockOrder(kUnevenShards, 17, 3, total);
+  EXPECT_EQ(BlockOrder(kUnevenShards, 17, 3, total + 1), one_window);
+  EXPECT_EQ(BlockOrder(kUnevenShards, 17, 3,
                                   std::numeric_limits<int64_t>::max()),
             one_window);
-  EXPECT_NE(EpochPlan::BlockOrder(kUnevenShards, 17, 3, total - 1),
+  EXPECT_NE(BlockOrder(kUnevenShards, 17, 3, total - 1),
             one_window);
 }
 
 TEST_F(EpochPlanTest, BlockOrderHandlesEmptyShardsAndEmptyDatasets) {
-  EXPECT_TRUE(EpochPlan::BlockOrder({}, 1, 0, 4).empty());
-  EXPECT_TRUE(EpochPlan::BlockOrder({0, 0, 0}, 1, 0, 4).empty());
-  EXPECT_EQ(EpochPlan::BlockOrder({0, 3, 0}, 1, 0, 1),
+  EXPECT_TRUE(BlockOrder({}, 1, 0, 4).empty());
+  EXPECT_TRUE(BlockOrder({0, 0, 0}, 1, 0, 4).empty());
+  EXPECT_EQ(BlockOrder({0, 3, 0}, 1, 0, 1),
             (std::vector<int64_t>{0, 1, 2}));
-  EXPECT_EQ(EpochPlan::BlockOrder({5}, 1, 0, 1),
+  EXPECT_EQ(BlockOrder({5}, 1, 0, 1),
             (std::vector<int64_t>{0, 1, 2, 3, 4}));
 
   const std::vector<int64_t> sizes = {0, 4, 0, 0, 6, 0, 3, 0};
   const std::vector<int64_t> starts = ShardStarts(sizes);
-  const std::vector<int64_t> order = EpochPlan::BlockOrder(sizes, 3, 2, 1);
+  const std::vector<int64_t> order = BlockOrder(sizes, 3, 2, 1);
   ASSERT_TRUE(IsPermutationOfRange(order, 13));
   const std::vector<int64_t> shards = ShardSequence(sizes, order);
   EXPECT_EQ(std::set<int64_t>(shards.begin(), shards.end()),
             (std::set<int64_t>{1, 4, 6}));
   EXPECT_EQ(shards.size(), 3u);
-  EXPECT_TRUE(IsPermutationOfRange(EpochPlan::BlockOrder(sizes, 3, 2, 5), 13));
+  EXPECT_TRUE(IsPermutationOfRange(BlockOrder(sizes, 3, 2, 5), 13));
 }
 
 TEST_F(EpochPlanTest, ConsumedPositionsAreLeftOutAndTheRestCutAsAnEpoch) {
@@ -495,7 +512,7 @@ TEST_F(EpochPlanTest, ConsumedPositionsAreLeftOutAndTheRestCutAsAnEpoch) {
   params.batch_size = 4;
   params.consumed_prefix = 12;
   params.consumed_after = {13, 20, 49};
-  const std::vector<int64_t> order = EpochPlan::GlobalOrder(50, 9, 2, true);
+  const std::vector<int64_t> order = GlobalOrder(50, 9, 2, true);
   std::multiset<int64_t> seen;
   int64_t batches = -1;
   for (int rank = 0; rank < 3; ++rank) {
@@ -526,6 +543,52 @@ TEST_F(EpochPlanTest, ConsumedPositionsAreLeftOutAndTheRestCutAsAnEpoch) {
   absl::StatusOr<EpochPlan> whole = EpochPlan::Create(params);
   ASSERT_TRUE(whole.ok());
   EXPECT_EQ(whole->num_batches(), 5);
+}
+
+// ---------------------------------------------------------- EpochOrder
+
+TEST_F(EpochPlanTest, EveryOrderKindHasAnExactInverse) {
+  const std::vector<int64_t> sizes = {7, 0, 3, 12, 1, 0, 9, 5, 8, 2};
+  const int64_t total = Total(sizes);
+  for (const EpochOrder& order :
+       {EpochOrder::Identity(total), EpochOrder::Shuffled(total, 5, 2),
+        EpochOrder::Blocks(sizes, 5, 2, 1), EpochOrder::Blocks(sizes, 5, 2, 4),
+        EpochOrder::Blocks(sizes, 5, 2, 1000)}) {
+    ASSERT_EQ(order.size(), total);
+    EXPECT_TRUE(IsPermutationOfRange(Entries(order), total));
+    for (int64_t p = 0; p < total; ++p) {
+      EXPECT_EQ(order.Inverse(order.At(p)), p);
+    }
+  }
+}
+
+TEST_F(EpochPlanTest, OrdersOfABillionSamplesHoldNothingPerSample) {
+  constexpr int64_t kBillion = 1000000000;
+  const EpochOrder shuffled = EpochOrder::Shuffled(kBillion, 17, 3);
+  EXPECT_EQ(shuffled.HeldBytes(), 0);
+  // Blocks hold 16 bytes per shard: 10^5 shards of 10^4 samples.
+  const EpochOrder blocks = EpochOrder::Blocks(
+      std::vector<int64_t>(100000, 10000), 17, 3, 4096);
+  EXPECT_LE(blocks.HeldBytes(), 2 * 100001 * 8);
+  std::set<int64_t> seen;
+  for (int64_t p = 0; p < 1000; ++p) {
+    const int64_t position = p * 999999 + 12345;
+    const int64_t s = shuffled.At(position);
+    ASSERT_GE(s, 0);
+    ASSERT_LT(s, kBillion);
+    EXPECT_EQ(shuffled.Inverse(s), position);
+    seen.insert(s);
+    const int64_t b = blocks.At(position);
+    EXPECT_EQ(blocks.Inverse(b), position);
+  }
+  EXPECT_EQ(seen.size(), 1000u);
+  // A plan over it cuts batches at once.
+  EpochPlanParams p = Params(kBillion, 8, 256);
+  p.rank = 5;
+  const EpochPlan plan = MustCreate(p);
+  EXPECT_EQ(plan.num_batches(), (kBillion / 8 + 255) / 256);
+  EXPECT_EQ(plan.BatchSamples(plan.num_batches() - 1).size(),
+            static_cast<size_t>(plan.BatchSize(plan.num_batches() - 1)));
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <utility>
 #include <vector>
 
-#include "common/epoch_plan.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
 
@@ -58,6 +58,17 @@ struct Mixing {
   int64_t neighbours = 0;
 };
 
+// The Fisher-Yates order the plans used before these permutations.
+std::vector<int64_t> FisherYates(int64_t n, uint64_t key) {
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  CounterRng rng(key);
+  for (int64_t i = n - 1; i > 0; --i) {
+    std::swap(order[i], order[rng.UniformInt(0, i + 1)]);
+  }
+  return order;
+}
+
 Mixing Measure(const std::vector<int64_t>& order) {
   Mixing m;
   const int64_t n = static_cast<int64_t>(order.size());
@@ -79,7 +90,7 @@ TEST(PermutationTest, MixesAsWellAsFisherYates) {
     std::vector<int64_t> order(kN);
     for (int64_t i = 0; i < kN; ++i) order[i] = p.At(i);
     const Mixing a = Measure(order);
-    const Mixing b = Measure(EpochPlan::GlobalOrder(kN, 5, k, true));
+    const Mixing b = Measure(FisherYates(kN, HashCombine(5, k)));
     // Every order on its own is as a uniform one's.
     EXPECT_NEAR(a.displacement, 1.0 / 3, 0.01) << k;
     EXPECT_NEAR(b.displacement, 1.0 / 3, 0.01) << k;
@@ -95,6 +106,41 @@ TEST(PermutationTest, MixesAsWellAsFisherYates) {
     EXPECT_LE(m.fixed, 40);
     EXPECT_GE(m.neighbours, 5);
     EXPECT_LE(m.neighbours, 40);
+  }
+}
+
+// The distribution of |order[i] - i| / n, in ten bins, summed over keys:
+// for a uniform permutation its density is 2(1 - x), so bin k holds
+// 2 / 10 * (1 - (k + 0.5) / 10) of the mass.
+// Feistel's and Fisher-Yates' histograms must both match it within a few
+// standard errors, and each other.
+TEST(PermutationTest, DisplacementIsDistributedAsFisherYates) {
+  constexpr int64_t kN = 50000;
+  constexpr int kKeys = 8;
+  constexpr int kBins = 10;
+  double feistel[kBins] = {};
+  double fisher_yates[kBins] = {};
+  auto add = [&](const std::vector<int64_t>& order, double* bins) {
+    for (int64_t i = 0; i < kN; ++i) {
+      const double x = std::abs(static_cast<double>(order[i] - i)) / kN;
+      bins[std::min(kBins - 1, static_cast<int>(x * kBins))] += 1;
+    }
+  };
+  for (int k = 0; k < kKeys; ++k) {
+    const Permutation p(kN, HashCombine(11, k));
+    std::vector<int64_t> order(kN);
+    for (int64_t i = 0; i < kN; ++i) order[i] = p.At(i);
+    add(order, feistel);
+    add(FisherYates(kN, HashCombine(11, k)), fisher_yates);
+  }
+  const double total = static_cast<double>(kN) * kKeys;
+  for (int b = 0; b < kBins; ++b) {
+    const double expected = 2.0 / kBins * (1.0 - (b + 0.5) / kBins);
+    // Positions of one order are nearly independent: the binomial standard
+    // error over `total` draws, times a margin of 6.
+    const double tolerance = 6 * std::sqrt(expected * (1 - expected) / total);
+    EXPECT_NEAR(feistel[b] / total, expected, tolerance) << "bin " << b;
+    EXPECT_NEAR(fisher_yates[b] / total, expected, tolerance) << "bin " << b;
   }
 }
 
@@ -134,3 +180,4 @@ TEST(PermutationTest, DependsOnTheKeyAndIsStable) {
 
 }  // namespace
 }  // namespace stoker::common
+

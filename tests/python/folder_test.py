@@ -388,7 +388,7 @@ class PackTest(unittest.TestCase):
         again = pack(f"--input={self.root}", f"--out_dir={out}",
                      "--shuffle_seed=3", check=False)
         self.assertEqual(again.returncode, 2)
-        self.assertIn("holds a pack of another dataset or with other options",
+        self.assertIn("holds a pack of another dataset, with other options",
                       again.stderr)
 
     def test_bad_flags(self):

@@ -383,6 +383,17 @@ class LoaderTest(unittest.TestCase):
             with self.subTest(state=state):
                 with self.assertRaises(ValueError):
                     loader.load_state_dict(state)
+        # States and cursors of Stoker before the constant-memory orders.
+        old = loader.state_dict()
+        old["version"] = 2
+        with self.assertRaisesRegex(stoker.FailedPreconditionError,
+                                    "older Stoker"):
+            loader.load_state_dict(old)
+        old["version"] = 3
+        old["cursor"] = "stoker-cursor-v2;plan=0123456789abcdef;epoch=0"
+        with self.assertRaisesRegex(stoker.FailedPreconditionError,
+                                    "Fisher-Yates"):
+            loader.load_state_dict(old)
         with self.assertRaises(ValueError):
             loader.set_epoch(-1)
         loader.close()

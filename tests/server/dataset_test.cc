@@ -212,7 +212,7 @@ TEST_F(DatasetTest, KeepsTruncatedShardAndFailsOnlyItsDamagedSamples) {
     absl::StatusOr<ShardIndex> index = ShardIndex::Build(victim, 1);
     ASSERT_TRUE(index.ok());
     // Cut inside the fourth sample's image: samples 3 and 4 of shard 1 go.
-    const SampleRecord& fourth = index->samples()[3];
+    const SampleRecord fourth = index->samples()[3];
     ASSERT_TRUE(
         tools::TruncateFile(victim, fourth.image_offset + fourth.image_size / 2)
             .ok());

@@ -159,7 +159,7 @@ TEST_F(FileDatasetTest, ChangedFileIsRefusedAndDropsTheCacheEntry) {
 
   // Rewritten in place (the folder's mtime does not move).
   Put("dog/x.jpg", "X-JPG!");
-  const SampleRecord& r = second->shard.index.samples()[2];
+  const SampleRecord r = second->shard.index.samples()[2];
   std::string bytes;
   int32_t label;
   absl::Status read = second->shard.reader->ReadSample(r, &bytes, &label);
@@ -226,7 +226,7 @@ TEST_F(FileDatasetTest, ListDatasetServesValuesAndFiles) {
   const MemberRef* caption = r.FindMember({"caption.txt"});
   ASSERT_NE(caption, nullptr);
   std::string text;
-  ASSERT_TRUE(d->ReadMembers(0, {caption}, {&text}).ok());
+  ASSERT_TRUE(d->ReadMembers(r, {caption}, {&text}).ok());
   EXPECT_EQ(text, "hello");
   absl::Status missing = d->Read(1, &bytes, &label);
   EXPECT_TRUE(absl::IsDataLoss(missing));

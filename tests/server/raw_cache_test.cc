@@ -66,7 +66,7 @@ class RawSampleCacheTest : public ::testing::Test {
     ASSERT_TRUE(stoker::testing::OverwriteFileInPlace(path, data).ok());
   }
 
-  const SampleRecord& Record(int64_t sample) const {
+  SampleRecord Record(int64_t sample) const {
     return dataset_->record(sample);
   }
 

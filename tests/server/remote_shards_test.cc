@@ -529,7 +529,7 @@ TEST_F(RemoteShardsTest, ReaderOverObjectSourceServesTheIndexedSamples) {
   ShardReader reader(object.url, MakeObjectSource(store_.get(), object));
   const std::string local = testing::ReadFileToString(paths_[1]);
   for (size_t i = 0; i < index->index.samples().size(); ++i) {
-    const SampleRecord& record = index->index.samples()[i];
+    const SampleRecord record = index->index.samples()[i];
     std::string image;
     int32_t label = -1;
     ASSERT_TRUE(reader.ReadSample(record, &image, &label).ok()) << record.key;

@@ -76,8 +76,8 @@ void ExpectSameIndex(const ShardIndex& got, const ShardIndex& want,
   }
   ASSERT_EQ(got.samples().size(), want.samples().size());
   for (size_t i = 0; i < want.samples().size(); ++i) {
-    const SampleRecord& g = got.samples()[i];
-    const SampleRecord& w = want.samples()[i];
+    const SampleRecord g = got.samples()[i];
+    const SampleRecord w = want.samples()[i];
     SCOPED_TRACE(absl::StrCat("sample ", i, " '", w.key, "'"));
     EXPECT_EQ(g.key, w.key);
     EXPECT_EQ(g.shard, shard_id);
@@ -97,6 +97,42 @@ void ExpectSameIndex(const ShardIndex& got, const ShardIndex& want,
   }
 }
 
+// The version-1 file of `index` (every sample in the message), as
+// stoker_index wrote before version 2; still read.
+std::string EncodeV1(const ShardIndex& index, uint64_t first_block_fnv) {
+  index::v1::ShardIndexFile file;
+  file.set_version(1);
+  file.set_shard_size(index.file_size());
+  file.set_first_block_fnv(first_block_fnv);
+  file.set_shard_name("shard.tar");
+  file.set_truncation(index.truncation());
+  file.set_damaged_samples(index.damaged_samples());
+  for (const SampleRecord& record : index.samples()) {
+    index::v1::Sample* s = file.add_samples();
+    s->set_key(record.key);
+    s->set_image_offset(record.image_offset);
+    s->set_image_size(record.image_size);
+    s->set_format(static_cast<int32_t>(record.format));
+    s->set_label_offset(record.label_offset);
+    s->set_label_size(record.label_size);
+    s->set_defect(record.defect);
+    s->set_damage(record.damage);
+    for (const MemberRef& member : record.members) {
+      index::v1::Member* m = s->add_members();
+      m->set_extension(member.extension);
+      m->set_offset(member.offset);
+      m->set_size(member.size);
+    }
+  }
+  for (const CorruptRegion& region : index.corrupt_regions()) {
+    index::v1::CorruptRegion* r = file.add_corrupt_regions();
+    r->set_offset(region.offset);
+    r->set_size(region.size);
+    r->set_reason(region.reason);
+  }
+  return file.SerializeAsString();
+}
+
 class ShardIndexFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -110,12 +146,12 @@ class ShardIndexFileTest : public ::testing::Test {
 
   const ShardIndex& built() const { return *index_; }
 
-  // Encodes the built index, lets `edit` change the file, and decodes it
-  // for the real shard size.
+  // Encodes the built index as a version-1 file, lets `edit` change it,
+  // and decodes it for the real shard size.
   absl::StatusOr<DecodedIndex> DecodeEdited(
       const std::function<void(index::v1::ShardIndexFile&)>& edit) {
     index::v1::ShardIndexFile file;
-    EXPECT_TRUE(file.ParseFromString(EncodeShardIndex(built(), 77)));
+    EXPECT_TRUE(file.ParseFromString(EncodeV1(built(), 77)));
     edit(file);
     return DecodeShardIndex(file.SerializeAsString(), kRemotePath, 9,
                             built().file_size());
@@ -165,13 +201,68 @@ TEST_F(ShardIndexFileTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(decoded->source.url, "s3://bucket/x.tar");
   EXPECT_EQ(decoded->source.version, "etag:\"abc\"");
 
-  // The file itself: version 1, the shard's base name.
+  // The file itself: the magic, a version-2 header with the shard's base
+  // name and no sample objects, then the packed records.
+  ASSERT_EQ(bytes.substr(0, 8), "STKIDX2\n");
+  const uint32_t header = static_cast<uint8_t>(bytes[8]) |
+                          static_cast<uint8_t>(bytes[9]) << 8 |
+                          static_cast<uint8_t>(bytes[10]) << 16 |
+                          static_cast<uint8_t>(bytes[11]) << 24;
   index::v1::ShardIndexFile file;
-  ASSERT_TRUE(file.ParseFromString(bytes));
-  EXPECT_EQ(file.version(), 1);
+  ASSERT_TRUE(file.ParseFromString(bytes.substr(12, header)));
+  EXPECT_EQ(file.version(), 2);
   EXPECT_EQ(file.shard_name(), "shard.tar");
   EXPECT_EQ(file.shard_size(), FileSize(path_));
-  EXPECT_EQ(file.samples_size(), 5);
+  EXPECT_EQ(file.samples_size(), 0);
+  EXPECT_EQ(file.sample_count(), 5);
+  EXPECT_EQ(bytes.substr(12 + header), built().packed());
+}
+
+TEST_F(ShardIndexFileTest, VersionOneFilesAreStillRead) {
+  absl::StatusOr<DecodedIndex> decoded = DecodeShardIndex(
+      EncodeV1(built(), 7), kRemotePath, 9, built().file_size());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ExpectSameIndex(decoded->index, built(), kRemotePath, 9);
+  EXPECT_EQ(decoded->first_block_fnv, 7u);
+}
+
+TEST_F(ShardIndexFileTest, RefusesDamagedPackedRecords) {
+  const std::string bytes = EncodeShardIndex(built(), 0);
+  const int64_t size = built().file_size();
+  const size_t records = bytes.size() - built().packed().size();
+  // Cut short anywhere inside the records, or with bytes after them.
+  for (size_t cut = records; cut < bytes.size(); cut += 7) {
+    ExpectDataLoss(DecodeShardIndex(bytes.substr(0, cut), kRemotePath, 0, size),
+                   "record");
+  }
+  ExpectDataLoss(DecodeShardIndex(bytes + "x", kRemotePath, 0, size),
+                 "follow");
+  // Every single-byte change of the records either decodes to records that
+  // lie inside the shard or is refused; none crashes or reads outside.
+  for (size_t at = records; at < bytes.size(); ++at) {
+    std::string changed = bytes;
+    changed[at] = static_cast<char>(changed[at] ^ 0x5a);
+    absl::StatusOr<DecodedIndex> decoded =
+        DecodeShardIndex(changed, kRemotePath, 0, size);
+    if (!decoded.ok()) {
+      EXPECT_TRUE(absl::IsDataLoss(decoded.status())) << decoded.status();
+      continue;
+    }
+    for (const SampleRecord& r : decoded->index.samples()) {
+      for (const MemberRef& m : r.members) {
+        EXPECT_LE(m.offset + m.size, size);
+      }
+      EXPECT_LE(r.image_offset + r.image_size, size);
+      EXPECT_LE(r.label_offset + r.label_size, size);
+    }
+  }
+  // A header that claims more samples than the records hold.
+  const ShardIndex more = ShardIndex::FromPacked(
+      "x.tar", 0, size, built().packed(), built().sample_count() + 1,
+      built().defective_samples(), "", {}, 0);
+  ExpectDataLoss(
+      DecodeShardIndex(EncodeShardIndex(more, 0), kRemotePath, 0, size),
+      "records end");
 }
 
 TEST_F(ShardIndexFileTest, SidecarWithoutSourceDecodesEmptySource) {
@@ -193,11 +284,11 @@ TEST_F(ShardIndexFileTest, DecodedIndexReadsTheSameSamples) {
   ASSERT_TRUE(reader.ok()) << reader.status();
   std::string image;
   int32_t label = -1;
-  const SampleRecord& e = decoded->index.samples()[4];
+  const SampleRecord e = decoded->index.samples()[4];
   ASSERT_TRUE((*reader)->ReadSample(e, &image, &label).ok());
   EXPECT_EQ(image, stoker::testing::FillerBytes(512, 5));
   EXPECT_EQ(label, 5);
-  const SampleRecord& c = decoded->index.samples()[2];
+  const SampleRecord c = decoded->index.samples()[2];
   EXPECT_EQ((*reader)->ReadSample(c, &image, &label).code(),
             absl::StatusCode::kDataLoss);
 }
@@ -312,7 +403,7 @@ TEST_F(ShardIndexFileTest, RefusesIndexOfShardWithAnotherSize) {
 }
 
 TEST_F(ShardIndexFileTest, RefusesOtherVersions) {
-  for (const int version : {0, 2, -1}) {
+  for (const int version : {0, 2, 3, -1}) {
     ExpectDataLoss(DecodeEdited([&](index::v1::ShardIndexFile& f) {
                      f.set_version(version);
                    }),

@@ -109,7 +109,7 @@ TEST_F(ShardReaderTest, IndexesShardWrittenByTarWriter) {
   EXPECT_EQ(index.defective_samples(), 0);
 
   // "dir/d.x.jpeg" has extension "x.jpeg", which is not an image field.
-  const std::vector<SampleRecord>& samples = index.samples();
+  const std::vector<SampleRecord> samples = index.samples();
   ASSERT_EQ(samples.size(), 3u);
   EXPECT_EQ(samples[0].key, "a");
   EXPECT_EQ(samples[0].format, ImageFormat::kJpeg);
@@ -283,7 +283,7 @@ TEST_F(ShardReaderTest, TruncatedMidMemberKeepsEarlierSamples) {
   const ShardIndex intact = BuildOrDie(path);
   ASSERT_EQ(intact.samples().size(), 3u);
   // Cut in the middle of the third sample's image.
-  const SampleRecord& third = intact.samples()[2];
+  const SampleRecord third = intact.samples()[2];
   ASSERT_TRUE(TruncateFile(path, third.image_offset + 1000).ok());
 
   const ShardIndex index = BuildOrDie(path);
@@ -315,7 +315,7 @@ TEST_F(ShardReaderTest, TruncatedAtMemberBoundaryMarksIncompleteLastSample) {
                                   {"b.cls", "2"}})
                   .ok());
   const ShardIndex intact = BuildOrDie(path);
-  const SampleRecord& b = intact.samples()[1];
+  const SampleRecord b = intact.samples()[1];
   // Keep b.jpg with its padding; lose b.cls's header and the end marker.
   ASSERT_TRUE(TruncateFile(path, b.image_offset + 1024).ok());
 
@@ -531,7 +531,7 @@ TEST_F(ShardReaderTest, CorruptPaxRecordResyncs) {
   EXPECT_EQ(index.samples()[1].key, long_key);
   EXPECT_THAT(index.samples()[1].defect, HasSubstr("corrupt"));
   std::unique_ptr<ShardReader> reader = OpenOrDie(path);
-  const SampleRecord& c = index.samples()[2];
+  const SampleRecord c = index.samples()[2];
   EXPECT_EQ(c.key, "c");
   std::string bytes;
   int32_t label = -1;

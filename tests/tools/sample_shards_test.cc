@@ -101,7 +101,7 @@ TEST_F(SampleShardsTest, ShardsHoldTheDescribedSamples) {
   ASSERT_TRUE(reader.ok());
   for (int i = 0; i < 4; ++i) {
     const SampleSpec spec = DescribeSample(options, 1, i);
-    const server::SampleRecord& record = index->samples()[i];
+    const server::SampleRecord record = index->samples()[i];
     EXPECT_EQ(record.key, absl::StrCat("demo0001_0000", i));
     EXPECT_EQ(record.key, spec.key);
     EXPECT_EQ(record.format, spec.png ? server::ImageFormat::kPng

@@ -36,7 +36,7 @@ _DTYPE_NAMES: dict[str, torch.dtype] = {
     "uint8": torch.uint8,
 }
 
-_STATE_VERSION = 2
+_STATE_VERSION = 3
 
 
 def _invalid(message: str) -> _stoker.InvalidArgumentError:
@@ -392,17 +392,11 @@ def _distributed_defaults() -> tuple[int, int]:
     return values[0], values[1]
 
 
-def _check_plan(state: dict[str, Any], current: str, version: int,
+def _check_plan(state: dict[str, Any], current: str,
                 facts: dict[str, Any]) -> None:
     saved = state["plan_id"]
     if saved == current:
         return
-    if version == 1:
-        raise _invalid(
-            f"state_dict (version 1) belongs to plan {saved!r}, this "
-            f"loader's is {current!r}: a version-1 state resumes only with "
-            "the same dataset, transform, batch_size, seed, rank, world_size, "
-            "shuffle, drop_last and fields")
     differences = []
     plan = state.get("plan")
     if isinstance(plan, dict):
@@ -1232,8 +1226,9 @@ class Loader:
         ranks stopped at different batches). The epoch's samples not yet
         consumed are then delivered exactly once across the new ranks, with
         the same batch count on each (len() of that epoch is smaller), and
-        the following epochs are those of a fresh job of the new shape. A
-        version-1 state resumes only on the shape that wrote it."""
+        the following epochs are those of a fresh job of the new shape.
+        States of earlier versions (1 and 2) are refused: their epochs were
+        in Fisher-Yates orders this version no longer computes."""
         pipeline = self._open()
         states = (list(state_dict) if isinstance(state_dict, (list, tuple))
                   else [state_dict])
@@ -1262,15 +1257,20 @@ class Loader:
                 raise _invalid(f"state_dict lacks {sorted(missing)}; expected "
                                "a dict from Loader.state_dict()")
             version = state["version"]
-            if version not in (1, _STATE_VERSION):
+            if version in (1, 2):
+                raise _stoker.FailedPreconditionError(
+                    f"state_dict version {version} was saved by an older "
+                    "Stoker, whose epochs were in Fisher-Yates orders this "
+                    "version no longer computes (it keeps no per-sample "
+                    "order); it cannot resume that epoch exactly. Finish the "
+                    "epoch with the version that saved it, or start the "
+                    "next epoch with this one")
+            if version != _STATE_VERSION:
                 raise _invalid(f"state_dict version {version!r} is not "
-                               f"supported (expected 1 or {_STATE_VERSION})")
+                               f"supported (expected {_STATE_VERSION})")
             # Between epochs too (cursor None) the state names its plan:
             # the epoch number of one plan means nothing to another.
-            _check_plan(state,
-                        pipeline.plan_id if version == 2
-                        else pipeline.legacy_plan_id, version,
-                        pipeline.plan_facts)
+            _check_plan(state, pipeline.plan_id, pipeline.plan_facts)
             epochs.add(_int_arg("state_dict['epoch']", state["epoch"], 0))
             cursor = state["cursor"]
             texts = cursor if isinstance(cursor, list) else [cursor]
