@@ -238,7 +238,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   std::vector<Shard> shards;
   int64_t from_sidecars = 0;
   // In chunks, so that only a chunk's packed records are held at once.
-  constexpr size_t kChunk = 256;
+  constexpr size_t kChunk = 64;
   constexpr size_t kMaxParallel = 8;
   for (size_t begin = 0; begin < candidates.size(); begin += kChunk) {
     const size_t n = std::min(kChunk, candidates.size() - begin);

@@ -3,12 +3,13 @@
 // downloads each shard in object storage once to index it.
 //
 //   stoker_index /data/train-000000.tar ...   # writes train-000000.tar.idx
-//   stoker_index --out_dir=/tmp/idx /data/*.tar
+//   stoker_index --out_dir=/tmp/idx --threads=8 /data/*.tar
 //
 // Upload each "<shard>.idx" next to its shard (same URL plus ".idx"). The
 // server checks that a sidecar matches its shard (size and first block)
 // and falls back to indexing the shard itself if not.
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -17,11 +18,13 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
+#include "common/parallel.h"
 #include "server/shard_index_file.h"
 #include "server/shard_reader.h"
 
 ABSL_FLAG(std::string, out_dir, "",
           "Write the indexes here instead of beside the shards.");
+ABSL_FLAG(int, threads, 1, "Shards indexed at once, 1..256.");
 
 namespace {
 
@@ -75,9 +78,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
-  int failed = 0;
-  for (size_t i = 1; i < args.size(); ++i) {
-    if (!IndexShard(args[i], out_dir)) ++failed;
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 1 || threads > 256) {
+    std::fprintf(stderr, "stoker_index: --threads must be in [1, 256]\n");
+    return 2;
   }
+  std::atomic<int> failed{0};
+  stoker::common::ParallelFor(args.size() - 1, static_cast<size_t>(threads),
+                              [&](size_t i) {
+                                if (!IndexShard(args[i + 1], out_dir)) ++failed;
+                              });
   return failed == 0 ? 0 : 1;
 }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -569,7 +570,10 @@ void LogStopped(const StokerServer& server, bool object_storage) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  stoker::common::TuneMallocForLargeBuffers();
+  // Until the datasets are open (see below): buffers of 128 KB and more
+  // (sidecars, a shard's packed records) are mapped and unmapped whole,
+  // so none of them stays behind in the indexing threads' malloc arenas.
+  ::mallopt(M_MMAP_THRESHOLD, 128 << 10);
   stoker::common::SetUsage(
       "Serves WebDataset .tar shards as decoded, augmented uint8 batches.\n"
       "Example: stoker_server --port=50051 --dataset=train='/data/train-*.tar'");
@@ -645,6 +649,12 @@ int main(int argc, char** argv) {
     spdlog::error("{}", opened.status().ToString());
     return 1;
   }
+  // Tuned for batches only now: indexing held the sidecars and packed
+  // records of a chunk of shards at once (in the indexing threads' malloc
+  // arenas), and the tuned allocator would keep up to 256 MB of that freed
+  // memory. glibc's defaults give most of it back; hand back the rest.
+  ::malloc_trim(0);
+  stoker::common::TuneMallocForLargeBuffers();
   absl::StatusOr<std::unique_ptr<DataService>> service =
       DataService::Create(config->service, *std::move(opened));
   if (!service.ok()) {
