@@ -144,8 +144,9 @@ absl::StatusOr<DecodedIndex> DecodeShardIndex(absl::string_view bytes,
         !s.ok()) {
       return bad(s.message());
     }
+    // As in version 1: at most every sample is damaged.
     if (defective != file.defective_samples() || file.damaged_samples() < 0 ||
-        file.damaged_samples() > defective) {
+        file.damaged_samples() > file.sample_count()) {
       return bad("bad count of defective or damaged samples");
     }
     return DecodedIndex{
