@@ -76,11 +76,15 @@ EpochOrder EpochOrder::Blocks(const std::vector<int64_t>& shard_sizes,
 EpochOrder EpochOrder::For(const std::vector<int64_t>& shard_sizes,
                            uint64_t seed, int64_t epoch, bool shuffle,
                            int64_t window) {
+  if (shuffle && window > 0) return Blocks(shard_sizes, seed, epoch, window);
   int64_t n = 0;
   for (const int64_t size : shard_sizes) n += std::max<int64_t>(size, 0);
-  if (!shuffle) return Identity(n);
-  if (window > 0) return Blocks(shard_sizes, seed, epoch, window);
-  return Shuffled(n, seed, epoch);
+  return Whole(n, seed, epoch, shuffle);
+}
+
+EpochOrder EpochOrder::Whole(int64_t n, uint64_t seed, int64_t epoch,
+                             bool shuffle) {
+  return shuffle ? Shuffled(n, seed, epoch) : Identity(n);
 }
 
 int64_t EpochOrder::At(int64_t position) const {

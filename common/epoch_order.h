@@ -41,8 +41,11 @@ class EpochOrder {
   // every shard's tar order). Sizes must be >= 0 with a positive sum.
   static EpochOrder Blocks(const std::vector<int64_t>& shard_sizes,
                            uint64_t seed, int64_t epoch, int64_t window);
-  // What a request means: Identity unless `shuffle`; Blocks when `window`
-  // > 0 (shard sizes from `shard_sizes`); Shuffled otherwise.
+  // Shuffled(n, seed, epoch) if `shuffle`, else Identity(n).
+  static EpochOrder Whole(int64_t n, uint64_t seed, int64_t epoch,
+                          bool shuffle);
+  // What a request means: Blocks when `shuffle` and `window` > 0 (shard
+  // sizes from `shard_sizes`); Whole over their sum otherwise.
   static EpochOrder For(const std::vector<int64_t>& shard_sizes,
                         uint64_t seed, int64_t epoch, bool shuffle,
                         int64_t window);

@@ -63,10 +63,8 @@ int64_t RemainingSamples(const EpochPlanParams& params) {
 
 absl::StatusOr<EpochPlan> EpochPlan::Create(const EpochPlanParams& params) {
   if (absl::Status s = ValidatePlanParams(params); !s.ok()) return s;
-  return EpochPlan(params, params.shuffle
-                               ? EpochOrder::Shuffled(params.num_samples,
-                                                      params.seed, params.epoch)
-                               : EpochOrder::Identity(params.num_samples));
+  return EpochPlan(params, EpochOrder::Whole(params.num_samples, params.seed,
+                                             params.epoch, params.shuffle));
 }
 
 absl::StatusOr<EpochPlan> EpochPlan::Positions(const EpochPlanParams& params) {

@@ -65,7 +65,8 @@ struct DataServiceOptions {
   // server/shared_region.h). Off: such requests get their pixels in the
   // messages, with the reason in the first batch.
   bool shared_memory = false;
-  // Epoch orders kept for reuse (one per dataset/seed/epoch/shuffle).
+  // Epoch orders kept for reuse (one per dataset/seed/epoch/shuffle): a
+  // blocks order walks every shard once; the others cost nothing to make.
   int plan_cache_entries = 8;
   // Datasets in object storage: the store they were opened with (for
   // statistics; not owned, outlives the service), threads that fetch ahead

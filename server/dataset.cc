@@ -168,6 +168,13 @@ void LogByKind(const std::string& dataset, absl::string_view what,
   }
 }
 
+// `status`, its message prefixed with the dataset's name unless it is OK.
+absl::Status InDataset(const std::string& dataset, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("dataset '", dataset,
+                                                  "': ", status.message()));
+}
+
 // Where a dataset's sample table keeps its records (server/sample_table.h).
 std::string TableDir(const DatasetOptions& options) {
   if (!options.index.temp_dir.empty()) return options.index.temp_dir;
@@ -264,13 +271,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
       ShardIndex& index = result->index;
       index.Renumber(static_cast<int32_t>(shards.size()));
       WarnIfDamaged(name, path, index);
-      if (absl::Status s =
-              table->Add(index.packed(), index.sample_count(), index.file_size());
+      if (absl::Status s = InDataset(name, table->Add(index.TakePacked()));
           !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("dataset '", name, "': ",
-                                                   s.message()));
+        return s;
       }
-      index.TakePacked();
       from_sidecars += result->from_sidecar ? 1 : 0;
       shards.push_back(Shard{std::move(index), *std::move(reader), 0});
     }
@@ -295,11 +299,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
         "' is in object storage, which this server was not set up to read"));
   }
   absl::StatusOr<storage::Listing> listing = options.store->List(pattern);
-  if (!listing.ok()) {
-    return absl::Status(listing.status().code(),
-                        absl::StrCat("dataset '", name, "': ",
-                                     listing.status().message()));
-  }
+  if (!listing.ok()) return InDataset(name, listing.status());
   LeftOutLog left_out{name};
   int64_t shard_names = 0;
   for (const storage::ListedFailure& failure : listing->failures) {
@@ -345,14 +345,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenRemote(
     ShardIndex index = std::move(result->index);
     index.Renumber(static_cast<int32_t>(shards.size()));
     WarnIfDamaged(name, objects[i]->url, index);
-    if (absl::Status s = table->Add(index.packed(), index.sample_count(),
-                                    index.file_size());
+    if (absl::Status s = InDataset(name, table->Add(index.TakePacked()));
         !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("dataset '", name, "': ",
-                                                 s.message()));
+      return s;
     }
-    index.TakePacked();
-    result = absl::CancelledError("moved");
     auto reader = std::make_unique<ShardReader>(
         objects[i]->url, MakeObjectSource(options.store, *objects[i]));
     shards.push_back(Shard{std::move(index), std::move(reader), 0,
@@ -403,14 +399,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(
                  opened->shard.fingerprint, opened->shard.total_bytes};
   ShardIndex& index = opened->shard.index;
   auto table = std::make_unique<SampleTable>(TableDir(options));
-  absl::Status added =
-      table->Add(index.packed(), index.sample_count(), index.file_size());
+  absl::Status added = table->Add(index.TakePacked());
   if (added.ok()) added = table->Seal();
-  if (!added.ok()) {
-    return absl::Status(added.code(), absl::StrCat("dataset '", name, "': ",
-                                                   added.message()));
-  }
-  index.TakePacked();
+  if (!added.ok()) return InDataset(name, added);
   std::vector<Shard> shards;
   shards.push_back(Shard{std::move(index), std::move(opened->shard.reader), 0,
                          ""});
@@ -453,10 +444,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
                      "' can be served: ", absl::StrJoin(listed, "; ")));
   }
 
-  if (absl::Status s = table->Seal(); !s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat("dataset '", name, "': ", s.message()));
-  }
+  if (absl::Status s = InDataset(name, table->Seal()); !s.ok()) return s;
   std::unique_ptr<Dataset> dataset(
       new Dataset(name, std::move(shards), std::move(table),
                   std::move(left_out), remote, FilesKind{}));
@@ -548,11 +536,7 @@ const ShardIndex& Dataset::shard_index(int32_t shard) const {
 }
 
 int64_t Dataset::shard_samples(int32_t shard) const {
-  const Shard& s = ShardAt(shard);
-  const int64_t end = static_cast<size_t>(shard) + 1 < shards_.size()
-                          ? shards_[shard + 1].first_sample
-                          : sample_count_;
-  return end - s.first_sample;
+  return ShardAt(shard).index.sample_count();
 }
 
 const Dataset::Shard& Dataset::ShardAt(int32_t shard) const {

@@ -55,9 +55,9 @@ class Dataset {
 
   // Expands `glob` with glob(3), sorts the matches by path (byte-wise) and
   // indexes every regular file whose name ends in ".tar" before returning:
-  // from its sidecar "<file>.idx" if it has one made for it (same size and
-  // first block; another is said so in a warning and not used), else from
-  // its tar headers.
+  // from its sidecar "<file>.idx" if it has one made for it (same size,
+  // first block and recorded modification time: ReadLocalSidecar; another
+  // is said so in a warning and not used), else from its tar headers.
   //
   // Nothing one file holds can stop the others from being served:
   //   - a match that is not a usable shard is left out with a spdlog::warn

@@ -35,6 +35,14 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// A sidecar records its shard's modification time: a server uses it only
+// while the shard keeps it.
+stoker::server::IndexFileOptions SidecarOptions() {
+  stoker::server::IndexFileOptions options;
+  options.record_shard_mtime = true;
+  return options;
+}
+
 // Indexes one shard and writes its sidecar; false (after printing why) on
 // failure.
 bool IndexShard(const std::string& path, const std::string& out_dir) {
@@ -45,7 +53,7 @@ bool IndexShard(const std::string& path, const std::string& out_dir) {
     return false;
   }
   absl::StatusOr<std::string> encoded =
-      stoker::server::EncodeLocalShardIndex(*index);
+      stoker::server::EncodeLocalShardIndex(*index, SidecarOptions());
   const std::string out =
       (out_dir.empty() ? path : absl::StrCat(out_dir, "/", BaseName(path))) +
       stoker::server::kIndexSuffix;

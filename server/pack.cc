@@ -70,8 +70,7 @@ class Packer {
   void Plan() {
     const int64_t n = dataset_.sample_count();
     const common::EpochOrder order =
-        options_.shuffle ? common::EpochOrder::Shuffled(n, options_.shuffle_seed, 0)
-                         : common::EpochOrder::Identity(n);
+        common::EpochOrder::Whole(n, options_.shuffle_seed, 0, options_.shuffle);
     std::vector<int64_t> current;
     int64_t current_bytes = 0;
     for (int64_t position = 0; position < n; ++position) {

@@ -180,6 +180,16 @@ void PackRecord(const SampleRecord& record, std::string* out) {
   PutReference(record, record.label_offset, record.label_size, out);
 }
 
+PackedSamples PackRecords(const std::vector<SampleRecord>& records) {
+  PackedSamples packed;
+  packed.starts.reserve(records.size());
+  for (const SampleRecord& record : records) {
+    packed.starts.push_back(static_cast<uint32_t>(packed.bytes.size()));
+    PackRecord(record, &packed.bytes);
+  }
+  return packed;
+}
+
 absl::Status ScanPackedRecords(absl::string_view bytes, int64_t count,
                                int64_t shard_size,
                                std::vector<uint32_t>* starts,

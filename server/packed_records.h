@@ -29,8 +29,18 @@
 
 namespace stoker::server {
 
+// Records packed back to back, and where each one starts in `bytes`.
+struct PackedSamples {
+  std::string bytes;
+  std::vector<uint32_t> starts;
+};
+
 // Appends the packed form of `record` to `*out`.
 void PackRecord(const SampleRecord& record, std::string* out);
+
+// Packs `records` in order. Starts are 32-bit: the caller keeps a shard's
+// packed records under 4 GiB (ShardIndex::Build refuses larger).
+PackedSamples PackRecords(const std::vector<SampleRecord>& records);
 
 // Checks that `bytes` holds exactly `count` packed records whose offsets
 // and sizes lie inside a shard of `shard_size` bytes. Appends each

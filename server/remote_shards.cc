@@ -130,7 +130,7 @@ absl::StatusOr<ShardIndex> BuildByDownload(const storage::ObjectStore& store,
   // Through the file format, so the index names the URL and is exactly
   // what a later run reads back from the cache.
   absl::StatusOr<std::string> encoded = EncodeLocalShardIndex(
-      *built, IndexFileSource{object.url, object.VersionTag()});
+      *built, IndexFileOptions{IndexFileSource{object.url, object.VersionTag()}});
   if (!encoded.ok()) return encoded.status();
   absl::StatusOr<DecodedIndex> decoded =
       DecodeShardIndex(*encoded, object.url, shard_id, object.size);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "server/packed_records.h"
 #include "spdlog/spdlog.h"
 
@@ -47,19 +48,12 @@ SampleTable::~SampleTable() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::Status SampleTable::Add(absl::string_view packed, int64_t count,
-                              int64_t shard_size) {
+absl::Status SampleTable::Add(PackedSamples samples) {
   if (sealed_) return absl::FailedPreconditionError("the table is sealed");
-  const size_t before = starts_.size();
-  if (absl::Status s =
-          ScanPackedRecords(packed, count, shard_size, &starts_, nullptr);
-      !s.ok()) {
-    starts_.resize(before);
-    return s;
-  }
+  starts_.insert(starts_.end(), samples.starts.begin(), samples.starts.end());
   bases_.push_back(static_cast<uint64_t>(store_bytes_));
-  pending_.append(packed.data(), packed.size());
-  store_bytes_ += static_cast<int64_t>(packed.size());
+  pending_.append(samples.bytes);
+  store_bytes_ += static_cast<int64_t>(samples.bytes.size());
   if (fd_ >= 0 && pending_.size() >= kFlushBytes) return Flush();
   return absl::OkStatus();
 }

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
+#include "server/packed_records.h"
 #include "server/sample_grouper.h"
 
 namespace stoker::server {
@@ -36,11 +36,10 @@ class SampleTable {
   SampleTable(const SampleTable&) = delete;
   SampleTable& operator=(const SampleTable&) = delete;
 
-  // Adds the next shard: `count` packed records for a shard of
-  // `shard_size` bytes. Checks them (ScanPackedRecords: DataLoss naming
-  // what is wrong); I/O errors of the store file otherwise.
-  absl::Status Add(absl::string_view packed, int64_t count,
-                   int64_t shard_size);
+  // Adds the next shard's records, as a ShardIndex holds them (checked
+  // when they entered it: ShardIndex::TakePacked). I/O errors of the
+  // store file.
+  absl::Status Add(PackedSamples samples);
   // Maps the store; no Add after it.
   absl::Status Seal();
 

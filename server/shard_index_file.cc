@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/atomic_file.h"
 #include "common/fnv.h"
 #include "proto/shard_index.pb.h"
@@ -37,7 +38,7 @@ uint64_t FirstBlockFnv(absl::string_view first_bytes) {
 }
 
 std::string EncodeShardIndex(const ShardIndex& index, uint64_t first_block_fnv,
-                             const IndexFileSource& source) {
+                             const IndexFileOptions& options) {
   index::v1::ShardIndexFile file;
   file.set_version(kVersion);
   file.set_shard_size(index.file_size());
@@ -45,8 +46,11 @@ std::string EncodeShardIndex(const ShardIndex& index, uint64_t first_block_fnv,
   file.set_shard_name(storage::BaseNameOf(index.path()));
   file.set_truncation(index.truncation());
   file.set_damaged_samples(index.damaged_samples());
-  file.set_source_url(source.url);
-  file.set_source_version(source.version);
+  file.set_source_url(options.source.url);
+  file.set_source_version(options.source.version);
+  if (options.record_shard_mtime) {
+    file.set_shard_mtime_ns(absl::ToUnixNanos(index.mtime()));
+  }
   file.set_sample_count(index.sample_count());
   file.set_defective_samples(index.defective_samples());
   for (const CorruptRegion& region : index.corrupt_regions()) {
@@ -65,7 +69,7 @@ std::string EncodeShardIndex(const ShardIndex& index, uint64_t first_block_fnv,
 }
 
 absl::StatusOr<std::string> EncodeLocalShardIndex(
-    const ShardIndex& index, const IndexFileSource& source) {
+    const ShardIndex& index, const IndexFileOptions& options) {
   std::string first(kTarBlock, '\0');
   {
     std::ifstream in(index.path(), std::ios::binary);
@@ -76,7 +80,7 @@ absl::StatusOr<std::string> EncodeLocalShardIndex(
     in.read(first.data(), static_cast<std::streamsize>(first.size()));
     first.resize(static_cast<size_t>(in.gcount()));
   }
-  return EncodeShardIndex(index, FirstBlockFnv(first), source);
+  return EncodeShardIndex(index, FirstBlockFnv(first), options);
 }
 
 absl::Status WriteIndexFile(const std::string& path,
@@ -135,26 +139,21 @@ absl::StatusOr<DecodedIndex> DecodeShardIndex(absl::string_view bytes,
   }
   IndexFileSource source{file.source_url(), file.source_version()};
   if (expected_version == 2) {
-    int64_t defective = 0;
     if (file.sample_count() < 0 || file.samples_size() != 0) {
       return bad("bad sample count");
     }
-    if (absl::Status s = ScanPackedRecords(records, file.sample_count(),
-                                           shard_size, nullptr, &defective);
-        !s.ok()) {
-      return bad(s.message());
-    }
+    absl::StatusOr<ShardIndex> index = ShardIndex::FromPacked(
+        path, shard_id, shard_size, std::string(records), file.sample_count(),
+        file.truncation(), std::move(regions), file.damaged_samples());
+    if (!index.ok()) return bad(index.status().message());
     // As in version 1: at most every sample is damaged.
-    if (defective != file.defective_samples() || file.damaged_samples() < 0 ||
+    if (index->defective_samples() != file.defective_samples() ||
+        file.damaged_samples() < 0 ||
         file.damaged_samples() > file.sample_count()) {
       return bad("bad count of defective or damaged samples");
     }
-    return DecodedIndex{
-        ShardIndex::FromPacked(path, shard_id, shard_size, std::string(records),
-                               file.sample_count(), defective,
-                               file.truncation(), std::move(regions),
-                               file.damaged_samples()),
-        file.first_block_fnv(), std::move(source)};
+    return DecodedIndex{*std::move(index), file.first_block_fnv(),
+                        std::move(source), file.shard_mtime_ns()};
   }
   std::vector<SampleRecord> samples;
   samples.reserve(file.samples_size());
@@ -238,6 +237,13 @@ absl::StatusOr<DecodedIndex> ReadLocalSidecar(
     return absl::DataLossError(absl::StrCat(
         "index of shard '", shard_path, "': made for a shard whose first "
         "block differs (stale index: run stoker_index again)"));
+  }
+  if (decoded->shard_mtime_ns != 0 &&
+      decoded->shard_mtime_ns !=
+          absl::ToUnixNanos(absl::TimeFromTimespec(shard.st_mtim))) {
+    return absl::DataLossError(absl::StrCat(
+        "index of shard '", shard_path, "': the shard was modified after "
+        "it was indexed (stale index: run stoker_index again)"));
   }
   return decoded;
 }

@@ -37,14 +37,24 @@ struct IndexFileSource {
   std::string version;
 };
 
+// What an index file records besides the index.
+struct IndexFileOptions {
+  // Index cache entries: the object indexed.
+  IndexFileSource source;
+  // Sidecars of local shards (stoker_index): the index's mtime(), which
+  // ReadLocalSidecar then requires of the shard. Off where the file must
+  // be the same bytes whenever it is made (stoker_pack's outputs).
+  bool record_shard_mtime = false;
+};
+
 // Serializes `index`; `first_block_fnv` is FirstBlockFnv of the shard.
 std::string EncodeShardIndex(const ShardIndex& index, uint64_t first_block_fnv,
-                             const IndexFileSource& source = {});
+                             const IndexFileOptions& options = {});
 
 // EncodeShardIndex of an index built from a local file, reading the
 // file's first block for its check (index.path() names the file).
 absl::StatusOr<std::string> EncodeLocalShardIndex(
-    const ShardIndex& index, const IndexFileSource& source = {});
+    const ShardIndex& index, const IndexFileOptions& options = {});
 
 // Writes an encoded index to `path` atomically: a temporary file beside it,
 // then rename(2), so readers never see half a file.
@@ -55,6 +65,9 @@ struct DecodedIndex {
   ShardIndex index;
   uint64_t first_block_fnv = 0;
   IndexFileSource source;
+  // The indexed shard's modification time (ns since the epoch), for a
+  // sidecar of a local shard; 0 if the file does not record one.
+  int64_t shard_mtime_ns = 0;
 };
 
 // Parses an index file for the shard named `path` (a path or URL), which
@@ -68,8 +81,9 @@ absl::StatusOr<DecodedIndex> DecodeShardIndex(absl::string_view bytes,
                                               int64_t shard_size);
 
 // The sidecar at `sidecar_path` of the local shard `shard_path`, decoded
-// (as shard 0) and checked against the shard: its size and its first
-// block's hash. NotFound if there is no sidecar; DataLoss saying why if it
+// (as shard 0) and checked against the shard: its size, its first block's
+// hash and, when the sidecar records it, its modification time (a shard
+// rewritten by the same writer often keeps its size and first block). NotFound if there is no sidecar; DataLoss saying why if it
 // is not for this shard (stale or damaged) or larger than
 // kMaxIndexFileBytes; the shard's open or read error.
 absl::StatusOr<DecodedIndex> ReadLocalSidecar(const std::string& shard_path,

@@ -177,13 +177,6 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
         absl::StrCat("shard '", path, "' is not a regular file"));
   }
 
-  ShardIndex index;
-  index.path_ = path;
-  index.shard_id_ = shard_id;
-  index.file_size_ = st.st_size;
-  index.mtime_ = absl::TimeFromTimespec(st.st_mtim);
-  index.device_ = static_cast<uint64_t>(st.st_dev);
-  index.inode_ = static_cast<uint64_t>(st.st_ino);
   const int64_t file_size = st.st_size;
 
   TarScanner scanner(
@@ -192,34 +185,35 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const std::string& path,
       },
       file_size, path);
   SampleGrouper grouper(shard_id);
-  const absl::Status scanned =
-      Scan(&scanner, file_size, &grouper, &index.corrupt_regions_);
+  std::vector<CorruptRegion> regions;
+  const absl::Status scanned = Scan(&scanner, file_size, &grouper, &regions);
   if (!scanned.ok()) return scanned;
 
-  index.truncation_ = scanner.truncation();
-  SampleGrouper::Result grouped = std::move(grouper).Finish(index.truncation_);
-  index.sample_count_ = static_cast<int64_t>(grouped.samples.size());
-  for (const SampleRecord& record : grouped.samples) {
-    PackRecord(record, &index.packed_);
+  SampleGrouper::Result grouped =
+      std::move(grouper).Finish(scanner.truncation());
+  PackedSamples packed = PackRecords(grouped.samples);
+  if (packed.bytes.size() > UINT32_MAX) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shard '", path, "': its ", grouped.samples.size(),
+        " samples' records take more than 4 GiB; split it"));
   }
-  index.defective_samples_ = grouped.defective_samples;
-  index.damaged_samples_ = grouped.damaged_samples;
-  for (const CorruptRegion& region : index.corrupt_regions_) {
-    index.skipped_bytes_ += region.size;
-  }
-  index.damage_ =
-      DescribeDamage(index.corrupt_regions_, index.truncation_,
-                     index.skipped_bytes_, index.damaged_samples_, file_size);
+  ShardIndex index = Assemble(
+      path, shard_id, file_size, std::move(packed),
+      static_cast<int64_t>(grouped.samples.size()), grouped.defective_samples,
+      scanner.truncation(), std::move(regions), grouped.damaged_samples);
+  index.mtime_ = absl::TimeFromTimespec(st.st_mtim);
+  index.device_ = static_cast<uint64_t>(st.st_dev);
+  index.inode_ = static_cast<uint64_t>(st.st_ino);
   return index;
 }
 
 void ShardIndex::Renumber(int32_t shard_id) { shard_id_ = shard_id; }
 
 std::vector<SampleRecord> ShardIndex::samples() const {
-  return UnpackRecords(packed_, shard_id_);
+  return UnpackRecords(packed_.bytes, shard_id_);
 }
 
-std::string ShardIndex::TakePacked() { return std::move(packed_); }
+PackedSamples ShardIndex::TakePacked() { return std::move(packed_); }
 
 ShardIndex ShardIndex::FromParts(std::string path, int32_t shard_id,
                                  int64_t file_size,
@@ -227,25 +221,40 @@ ShardIndex ShardIndex::FromParts(std::string path, int32_t shard_id,
                                  std::string truncation,
                                  std::vector<CorruptRegion> corrupt_regions,
                                  int64_t damaged_samples) {
-  std::string packed;
-  for (const SampleRecord& record : samples) PackRecord(record, &packed);
   int64_t defective = 0;
   for (const SampleRecord& record : samples) {
     defective += record.defect.empty() ? 0 : 1;
   }
-  return FromPacked(std::move(path), shard_id, file_size, std::move(packed),
-                    static_cast<int64_t>(samples.size()), defective,
-                    std::move(truncation), std::move(corrupt_regions),
-                    damaged_samples);
+  return Assemble(std::move(path), shard_id, file_size, PackRecords(samples),
+                  static_cast<int64_t>(samples.size()), defective,
+                  std::move(truncation), std::move(corrupt_regions),
+                  damaged_samples);
 }
 
-ShardIndex ShardIndex::FromPacked(std::string path, int32_t shard_id,
-                                  int64_t file_size, std::string packed,
-                                  int64_t sample_count,
-                                  int64_t defective_samples,
-                                  std::string truncation,
-                                  std::vector<CorruptRegion> corrupt_regions,
-                                  int64_t damaged_samples) {
+absl::StatusOr<ShardIndex> ShardIndex::FromPacked(
+    std::string path, int32_t shard_id, int64_t file_size, std::string packed,
+    int64_t sample_count, std::string truncation,
+    std::vector<CorruptRegion> corrupt_regions, int64_t damaged_samples) {
+  PackedSamples samples;
+  int64_t defective = 0;
+  if (absl::Status s = ScanPackedRecords(packed, sample_count, file_size,
+                                         &samples.starts, &defective);
+      !s.ok()) {
+    return s;
+  }
+  samples.bytes = std::move(packed);
+  return Assemble(std::move(path), shard_id, file_size, std::move(samples),
+                  sample_count, defective, std::move(truncation),
+                  std::move(corrupt_regions), damaged_samples);
+}
+
+ShardIndex ShardIndex::Assemble(std::string path, int32_t shard_id,
+                                int64_t file_size, PackedSamples packed,
+                                int64_t sample_count,
+                                int64_t defective_samples,
+                                std::string truncation,
+                                std::vector<CorruptRegion> corrupt_regions,
+                                int64_t damaged_samples) {
   ShardIndex index;
   index.path_ = std::move(path);
   index.shard_id_ = shard_id;

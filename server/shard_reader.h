@@ -40,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/packed_records.h"
 #include "server/sample_grouper.h"
 #include "server/tar_scanner.h"
 
@@ -125,13 +126,14 @@ class ShardIndex {
                               std::string truncation,
                               std::vector<CorruptRegion> corrupt_regions,
                               int64_t damaged_samples);
-  // Same, from records already packed and checked (ScanPackedRecords).
-  static ShardIndex FromPacked(std::string path, int32_t shard_id,
-                               int64_t file_size, std::string packed,
-                               int64_t sample_count, int64_t defective_samples,
-                               std::string truncation,
-                               std::vector<CorruptRegion> corrupt_regions,
-                               int64_t damaged_samples);
+  // Same, from `sample_count` packed records of untrusted origin: checked
+  // here, once (ScanPackedRecords against `file_size`: DataLoss saying
+  // what is wrong), which also finds where each starts and counts the
+  // defective ones. The other parts are the caller's to check.
+  static absl::StatusOr<ShardIndex> FromPacked(
+      std::string path, int32_t shard_id, int64_t file_size,
+      std::string packed, int64_t sample_count, std::string truncation,
+      std::vector<CorruptRegion> corrupt_regions, int64_t damaged_samples);
 
   // Sets shard_id() (the `shard` of the records samples() unpacks) to
   // `shard_id`: for an index made before its shard's final number was
@@ -154,11 +156,13 @@ class ShardIndex {
   // The records, unpacked (a copy: for tools and tests; servers read them
   // from their dataset's sample table). Empty after TakePacked.
   std::vector<SampleRecord> samples() const;
-  // The records, packed (server/packed_records.h), in sample order.
-  const std::string& packed() const { return packed_; }
-  // Moves the packed records out (to a dataset's sample table); the other
-  // facts, sample_count() included, stay.
-  std::string TakePacked();
+  // The records, packed (server/packed_records.h), in sample order; every
+  // one was checked when it entered the index (built, packed from records
+  // or scanned by FromPacked).
+  const std::string& packed() const { return packed_.bytes; }
+  // Moves the packed records and their starts out (to a dataset's sample
+  // table); the other facts, sample_count() included, stay.
+  PackedSamples TakePacked();
   // Number of samples with a non-empty defect (damaged_samples() included).
   int64_t defective_samples() const { return defective_samples_; }
   // Number of samples that are defective because of corruption or
@@ -195,8 +199,17 @@ class ShardIndex {
   absl::Time mtime_;
   uint64_t device_ = 0;
   uint64_t inode_ = 0;
+  // Fills the parts every constructor derives the same way (the records,
+  // the counters, skipped_bytes() and damage()).
+  static ShardIndex Assemble(std::string path, int32_t shard_id,
+                             int64_t file_size, PackedSamples packed,
+                             int64_t sample_count, int64_t defective_samples,
+                             std::string truncation,
+                             std::vector<CorruptRegion> corrupt_regions,
+                             int64_t damaged_samples);
+
   // The samples' records, packed.
-  std::string packed_;
+  PackedSamples packed_;
   int64_t sample_count_ = 0;
   int64_t defective_samples_ = 0;
   int64_t damaged_samples_ = 0;

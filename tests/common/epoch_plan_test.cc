@@ -29,8 +29,7 @@ std::vector<int64_t> Entries(const EpochOrder& order) {
 // The order a plan of (n, seed, epoch, shuffle) uses.
 std::vector<int64_t> GlobalOrder(int64_t n, uint64_t seed, int64_t epoch,
                                  bool shuffle) {
-  return Entries(shuffle ? EpochOrder::Shuffled(n, seed, epoch)
-                         : EpochOrder::Identity(n));
+  return Entries(EpochOrder::Whole(n, seed, epoch, shuffle));
 }
 
 std::vector<int64_t> BlockOrder(const std::vector<int64_t>& sizes,

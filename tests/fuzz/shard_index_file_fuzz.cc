@@ -135,12 +135,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckRecords(decoded->index, shard);
   const std::string once =
       EncodeShardIndex(decoded->index, decoded->first_block_fnv,
-                       decoded->source);
+                       IndexFileOptions{decoded->source});
   absl::StatusOr<DecodedIndex> again = DecodeShardIndex(
       once, "fuzz://shard.tar", kShardId, static_cast<int64_t>(shard_size));
   FuzzCheck(again.ok(), "a re-encoded index does not decode");
   FuzzCheck(EncodeShardIndex(again->index, again->first_block_fnv,
-                             again->source) == once,
+                             IndexFileOptions{again->source}) == once,
             "encoding is not stable across a round trip");
   ReadEverything(decoded->index, shard);
   return 0;

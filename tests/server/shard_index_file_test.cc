@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/shard_index.pb.h"
@@ -133,6 +134,16 @@ std::string EncodeV1(const ShardIndex& index, uint64_t first_block_fnv) {
   return file.SerializeAsString();
 }
 
+// The length of a version-2 file's header (the little-endian uint32 after
+// the 8-byte magic).
+uint32_t HeaderSize(const std::string& bytes) {
+  uint32_t size = 0;
+  for (int i = 0; i < 4; ++i) {
+    size |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[8 + i])) << (8 * i);
+  }
+  return size;
+}
+
 class ShardIndexFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -192,7 +203,8 @@ TEST_F(ShardIndexFileTest, RoundTripKeepsEveryField) {
   const std::string shard = stoker::testing::ReadFileToString(path_);
   const uint64_t fnv = FirstBlockFnv(shard);
   const std::string bytes = EncodeShardIndex(
-      built(), fnv, IndexFileSource{"s3://bucket/x.tar", "etag:\"abc\""});
+      built(), fnv,
+      IndexFileOptions{IndexFileSource{"s3://bucket/x.tar", "etag:\"abc\""}});
   absl::StatusOr<DecodedIndex> decoded =
       DecodeShardIndex(bytes, kRemotePath, 9, built().file_size());
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -204,10 +216,7 @@ TEST_F(ShardIndexFileTest, RoundTripKeepsEveryField) {
   // The file itself: the magic, a version-2 header with the shard's base
   // name and no sample objects, then the packed records.
   ASSERT_EQ(bytes.substr(0, 8), "STKIDX2\n");
-  const uint32_t header = static_cast<uint8_t>(bytes[8]) |
-                          static_cast<uint8_t>(bytes[9]) << 8 |
-                          static_cast<uint8_t>(bytes[10]) << 16 |
-                          static_cast<uint8_t>(bytes[11]) << 24;
+  const uint32_t header = HeaderSize(bytes);
   index::v1::ShardIndexFile file;
   ASSERT_TRUE(file.ParseFromString(bytes.substr(12, header)));
   EXPECT_EQ(file.version(), 2);
@@ -215,6 +224,8 @@ TEST_F(ShardIndexFileTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(file.shard_size(), FileSize(path_));
   EXPECT_EQ(file.samples_size(), 0);
   EXPECT_EQ(file.sample_count(), 5);
+  // An index cache entry of an object records no local time.
+  EXPECT_EQ(file.shard_mtime_ns(), 0);
   EXPECT_EQ(bytes.substr(12 + header), built().packed());
 }
 
@@ -257,12 +268,17 @@ TEST_F(ShardIndexFileTest, RefusesDamagedPackedRecords) {
     }
   }
   // A header that claims more samples than the records hold.
-  const ShardIndex more = ShardIndex::FromPacked(
-      "x.tar", 0, size, built().packed(), built().sample_count() + 1,
-      built().defective_samples(), "", {}, 0);
-  ExpectDataLoss(
-      DecodeShardIndex(EncodeShardIndex(more, 0), kRemotePath, 0, size),
-      "records end");
+  const uint32_t header = HeaderSize(bytes);
+  index::v1::ShardIndexFile file;
+  ASSERT_TRUE(file.ParseFromString(bytes.substr(12, header)));
+  file.set_sample_count(file.sample_count() + 1);
+  const std::string more_header = file.SerializeAsString();
+  std::string more = bytes.substr(0, 8);
+  for (int i = 0; i < 4; ++i) {
+    more.push_back(static_cast<char>(more_header.size() >> (8 * i)));
+  }
+  more += more_header + bytes.substr(12 + header);
+  ExpectDataLoss(DecodeShardIndex(more, kRemotePath, 0, size), "records end");
 }
 
 TEST_F(ShardIndexFileTest, SidecarWithoutSourceDecodesEmptySource) {
@@ -273,6 +289,15 @@ TEST_F(ShardIndexFileTest, SidecarWithoutSourceDecodesEmptySource) {
   EXPECT_EQ(decoded->first_block_fnv, 1u);
   EXPECT_EQ(decoded->source.url, "");
   EXPECT_EQ(decoded->source.version, "");
+  // Only a sidecar asked to records the local shard's modification time.
+  EXPECT_EQ(decoded->shard_mtime_ns, 0);
+  IndexFileOptions sidecar;
+  sidecar.record_shard_mtime = true;
+  decoded = DecodeShardIndex(EncodeShardIndex(built(), 1, sidecar), path_, 0,
+                             built().file_size());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_NE(built().mtime(), absl::UnixEpoch());
+  EXPECT_EQ(decoded->shard_mtime_ns, absl::ToUnixNanos(built().mtime()));
 }
 
 TEST_F(ShardIndexFileTest, DecodedIndexReadsTheSameSamples) {
