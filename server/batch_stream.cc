@@ -147,7 +147,8 @@ BatchStream::BatchStream(BatchStreamSetup setup,
       queue_(setup_.pool->NewQueue(setup_.job)),
       on_ready_(std::move(on_ready)),
       next_to_schedule_(setup_.start_batch),
-      next_to_prefetch_(setup_.start_batch) {
+      next_to_prefetch_(setup_.start_batch),
+      storage_wait_(setup_.pool->num_threads()) {
   if (setup_.raw_cache != nullptr) {
     lookaside_ = setup_.raw_cache.get();
   } else if (setup_.io_pool != nullptr && setup_.mixture == nullptr &&
@@ -156,7 +157,8 @@ BatchStream::BatchStream(BatchStreamSetup setup,
     prefetcher_ = Prefetcher::Create(setup_.dataset, setup_.io_pool,
                                      setup_.job, setup_.budget,
                                      setup_.range_buffers, setup_.disk_cache,
-                                     setup_.prefetch_counters, options_.prefetch);
+                                     setup_.prefetch_counters, options_.prefetch,
+                                     setup_.prefetch_demand);
     lookaside_ = prefetcher_.get();
   }
 }
@@ -170,7 +172,13 @@ void BatchStream::PrefetchLocked() {
   if (prefetcher_ == nullptr || cancelled_.load()) return;
   std::vector<std::pair<int64_t, std::vector<int64_t>>> group;
   int64_t group_bytes = 0;
+  // Bounds: the batches past those being assembled hold about `depth`
+  // (what the measured rate and latency call for), and everything planned
+  // at most the ceiling.
+  const int64_t ceiling = options_.prefetch_bytes;
+  const int64_t depth = prefetcher_->depth_bytes(ceiling);
   int64_t held = prefetcher_->held_bytes();
+  int64_t ahead = prefetcher_->span_bytes_from(next_to_schedule_);
   auto flush = [&] {
     if (group.empty()) return;
     prefetcher_->Plan(group);
@@ -180,14 +188,18 @@ void BatchStream::PrefetchLocked() {
   };
   while (next_to_prefetch_ < setup_.end_batch) {
     const bool needed_now = next_to_prefetch_ < next_to_schedule_;
-    if (!needed_now && held + group_bytes >= options_.prefetch_bytes) break;
+    if (!needed_now && (ahead >= depth || held + group_bytes >= ceiling)) {
+      break;
+    }
     std::vector<int64_t> samples;
     setup_.plan->BatchSamples(next_to_prefetch_, &samples);
-    group_bytes += prefetcher_->SpanBytes(samples);
+    const int64_t bytes = prefetcher_->SpanBytes(samples);
+    group_bytes += bytes;
+    if (!needed_now) ahead += bytes;
     group.emplace_back(next_to_prefetch_++, std::move(samples));
-    // Planned in groups of about half the window, so neighbouring samples
+    // Planned in groups of about half the depth, so neighbouring samples
     // of several batches share requests.
-    if (group_bytes >= options_.prefetch_bytes / 2) flush();
+    if (group_bytes >= depth / 2) flush();
   }
   flush();
 }
@@ -264,12 +276,38 @@ void BatchStream::ScheduleLocked() {
     }
     PrefetchLocked();
     for (int slot = 0; slot < n; ++slot) {
-      // Tasks hold a strong reference so the stream outlives running work.
-      queue_->Push([self = shared_from_this(), raw, slot](WorkerContext* c) {
-        self->RunSample(c, raw, slot);
-      });
+      if (prefetcher_ == nullptr) {
+        PushSample(raw, slot);
+        continue;
+      }
+      // A sample's task is queued once its bytes have arrived, so workers
+      // decode what is here instead of waiting on the network. (The batch,
+      // and so `raw`, lives while any of its samples is unprocessed.)
+      {
+        absl::MutexLock wait_lock(&wait_mu_);
+        storage_wait_.Waiting(common::SteadyNowNs());
+      }
+      prefetcher_->WhenReady(raw->samples[slot],
+                             [weak = weak_from_this(), raw, slot]() {
+                               if (std::shared_ptr<BatchStream> self =
+                                       weak.lock()) {
+                                 {
+                                   absl::MutexLock wait_lock(&self->wait_mu_);
+                                   self->storage_wait_.Arrived(
+                                       common::SteadyNowNs());
+                                 }
+                                 self->PushSample(raw, slot);
+                               }
+                             });
     }
   }
+}
+
+void BatchStream::PushSample(Pending* batch, int slot) {
+  // Tasks hold a strong reference so the stream outlives running work.
+  queue_->Push([self = shared_from_this(), batch, slot](WorkerContext* c) {
+    self->RunSample(c, batch, slot);
+  });
 }
 
 void BatchStream::OnMemoryGranted(MemoryBudget::Charge charge) {
@@ -378,6 +416,14 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
   }
   worker->ChargeBuffers();
   batch->errors[slot] = std::move(status);
+  if (prefetcher_ != nullptr) {
+    absl::MutexLock wait_lock(&wait_mu_);
+    const int64_t now = common::SteadyNowNs();
+    storage_wait_.Done(now);
+    // The stream's storage wait so far goes to the batch finishing now.
+    batch->read_ns.fetch_add(storage_wait_.Take(now),
+                             std::memory_order_relaxed);
+  }
   if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     FinishBatch(batch);
   }

@@ -41,6 +41,7 @@
 #include "server/metrics.h"
 #include "server/mixture_batches.h"
 #include "server/prefetcher.h"
+#include "server/storage_wait.h"
 #include "server/raw_cache.h"
 #include "server/sample_fields.h"
 #include "server/shared_region.h"
@@ -74,10 +75,11 @@ class PixelMappingCache;
 struct BatchStreamOptions {
   // Batches being assembled or ready but not yet taken. Default 2; >= 1.
   int max_inflight_batches = 2;
-  // Datasets in object storage: bytes of the next batches' samples fetched
-  // ahead (server/prefetcher.h). Batches the stream is assembling are
-  // always planned, even past this.
-  int64_t prefetch_bytes = 64 << 20;
+  // Datasets in object storage: the most bytes of the next batches' samples
+  // fetched ahead; the depth below it follows the measured rate and latency
+  // (server/prefetcher.h). Batches the stream is assembling are always
+  // planned, even past this.
+  int64_t prefetch_bytes = int64_t{512} << 20;
   PrefetchOptions prefetch;
 };
 
@@ -140,6 +142,8 @@ struct BatchStreamSetup {
   std::string shared_refused;
   storage::DiskCache* disk_cache = nullptr;
   std::shared_ptr<PrefetchCounters> prefetch_counters;
+  // Shared by the job's streams over this dataset (may be null).
+  std::shared_ptr<PrefetchDemand> prefetch_demand;
 };
 
 // Mappings of finished batches kept for the next batches of the same size,
@@ -294,6 +298,8 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   // Plans the fetches of the batches after those planned, up to
   // options_.prefetch_bytes ahead.
   void PrefetchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the task of sample `slot` of `batch` on the worker pool.
+  void PushSample(Pending* batch, int slot);
 
   const BatchStreamSetup setup_;
   const BatchStreamOptions options_;
@@ -314,6 +320,11 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   int64_t next_to_schedule_ ABSL_GUARDED_BY(mu_);
   // The first batch not yet planned by the prefetcher.
   int64_t next_to_prefetch_ ABSL_GUARDED_BY(mu_);
+
+  // With a prefetcher: the read stage's time while samples wait for
+  // storage (server/storage_wait.h). A leaf lock.
+  absl::Mutex wait_mu_;
+  StorageWait storage_wait_ ABSL_GUARDED_BY(wait_mu_);
   // Replay: the first batch's pixels and labels once it is complete.
   bool replay_ready_ ABSL_GUARDED_BY(mu_) = false;
   std::string replay_pixels_ ABSL_GUARDED_BY(mu_);

@@ -10,19 +10,21 @@
 // before this pool. Buffers come in power-of-two sizes from 64 KiB; freed
 // ones are kept, up to `max_kept_bytes` in all, for the next range of their
 // size. Kept buffers are not charged to the memory budget (their bytes are
-// bounded here); buffers in use are (by the prefetcher). Thread-safe.
+// bounded here); buffers in use are (by the prefetcher). A buffer keeps
+// the pool's shelves alive, so it may outlive the BufferPool (a range whose
+// read completes on the storage event loop after the server stopped): it
+// is then freed with them. Thread-safe.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-
 namespace stoker::server {
 
-class BufferPool;
+namespace buffer_pool_internal {
+struct Shelves;  // the kept buffers, shared by the pool and its buffers
+}  // namespace buffer_pool_internal
 
 // A buffer of at least the size asked for; goes back to its pool (or is
 // freed) when destroyed. Movable.
@@ -38,36 +40,31 @@ class PooledBuffer {
 
  private:
   friend class BufferPool;
-  PooledBuffer(BufferPool* pool, std::unique_ptr<char[]> data, size_t capacity)
-      : pool_(pool), data_(std::move(data)), capacity_(capacity) {}
 
-  BufferPool* pool_ = nullptr;
+  PooledBuffer(std::shared_ptr<buffer_pool_internal::Shelves> pool,
+               std::unique_ptr<char[]> data, size_t capacity)
+      : pool_(std::move(pool)), data_(std::move(data)), capacity_(capacity) {}
+
+  std::shared_ptr<buffer_pool_internal::Shelves> pool_;
   std::unique_ptr<char[]> data_;
   size_t capacity_ = 0;
 };
 
 class BufferPool {
  public:
-  explicit BufferPool(int64_t max_kept_bytes) : max_kept_(max_kept_bytes) {}
+  explicit BufferPool(int64_t max_kept_bytes);
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
 
   // A buffer of at least `size` bytes (its capacity: `size` rounded up to a
-  // power of two, at least 64 KiB). The pool must outlive it.
+  // power of two, at least 64 KiB).
   PooledBuffer Take(size_t size);
 
   // Bytes kept for reuse now.
   int64_t kept_bytes() const;
 
  private:
-  friend class PooledBuffer;
-  void Give(std::unique_ptr<char[]> data, size_t capacity);
-
-  const int64_t max_kept_;
-  mutable absl::Mutex mu_;
-  // Kept buffers by size class (capacity 64 KiB << class).
-  std::vector<std::vector<std::unique_ptr<char[]>>> kept_ ABSL_GUARDED_BY(mu_);
-  int64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::shared_ptr<buffer_pool_internal::Shelves> shelves_;
 };
 
 }  // namespace stoker::server

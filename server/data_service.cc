@@ -121,6 +121,25 @@ std::shared_ptr<RawSampleCache> DataService::RawCacheFor(
   return entry.cache;
 }
 
+std::shared_ptr<PrefetchDemand> DataService::DemandFor(const Dataset& dataset,
+                                                      const std::string& job) {
+  // A job idle this long starts again from the initial depth.
+  constexpr absl::Duration kDemandIdle = absl::Minutes(5);
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&demand_mu_);
+  for (auto it = demands_.begin(); it != demands_.end();) {
+    it = now - it->second.last_used > kDemandIdle ? demands_.erase(it)
+                                                  : std::next(it);
+  }
+  DemandEntry& entry = demands_[{&dataset, job}];
+  if (entry.demand == nullptr) {
+    entry.demand = std::make_shared<PrefetchDemand>(
+        options_.stream.prefetch.rate_window);
+  }
+  entry.last_used = now;
+  return entry.demand;
+}
+
 std::vector<JobReport> DataService::job_reports(absl::Time now,
                                                 absl::Duration max_age) const {
   std::vector<JobReport> out;
@@ -139,6 +158,20 @@ v1::StorageStats DataService::storage_stats() const {
     s.set_retries(http.retries);
     s.set_failed_requests(http.failures);
     s.set_bytes(http.bytes);
+    s.set_connections(http.connections);
+    s.set_requests_in_flight(http.in_flight);
+    s.set_requests_queued(http.queued);
+    s.set_concurrency_limit(http.limit);
+    s.set_latency_seconds(http.latency_s);
+    s.set_throttled_requests(http.throttled);
+    s.set_throttle_events(http.throttle_events);
+    for (const double bound : storage::kLatencyBuckets) {
+      s.add_latency_bucket_bounds(bound);
+    }
+    for (const int64_t count : http.latency_counts) {
+      s.add_latency_bucket_counts(count);
+    }
+    s.set_latency_sum_seconds(http.latency_sum_s);
   }
   s.set_prefetch_ranges(prefetch_counters_->ranges.load());
   s.set_prefetch_bytes(prefetch_counters_->bytes.load());
@@ -324,6 +357,7 @@ BatchStreamSetup DataService::MakeSetup(const Dataset& dataset,
   setup.range_buffers = &range_buffers_;
   setup.disk_cache = options_.disk_cache;
   setup.prefetch_counters = prefetch_counters_;
+  if (dataset.remote()) setup.prefetch_demand = DemandFor(dataset, job);
   setup.budget = budget_;
   setup.mappings = mappings_;
   setup.plan = std::move(plan);

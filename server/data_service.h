@@ -69,11 +69,12 @@ struct DataServiceOptions {
   // blocks order walks every shard once; the others cost nothing to make.
   int plan_cache_entries = 8;
   // Datasets in object storage: the store they were opened with (for
-  // statistics; not owned, outlives the service), threads that fetch ahead
-  // for the streams (server/prefetcher.h; 0: no prefetching), and the local
-  // disk cache (not owned; may be null).
+  // statistics; not owned, outlives the service), threads that read and
+  // write the disk cache for the prefetchers (server/prefetcher.h; their
+  // requests are asynchronous; 0: no prefetching), and the local disk cache
+  // (not owned; may be null).
   const storage::ObjectStore* store = nullptr;
-  int io_threads = 64;
+  int io_threads = 4;
   storage::DiskCache* disk_cache = nullptr;
   // CACHE_MODE_CACHED_RAW requests: raw bytes kept in memory per dataset,
   // at most this many (charged to the budget); 0: a quarter of
@@ -199,6 +200,18 @@ class DataService {
       std::make_shared<PrefetchCounters>();
   const std::shared_ptr<ServerMetrics> metrics_ =
       std::make_shared<ServerMetrics>();
+
+  // The prefetch demand shared by `job`'s streams over `dataset` (made on
+  // first use); drops those unused for kDemandIdle.
+  std::shared_ptr<PrefetchDemand> DemandFor(const Dataset& dataset,
+                                            const std::string& job);
+  struct DemandEntry {
+    std::shared_ptr<PrefetchDemand> demand;
+    absl::Time last_used;
+  };
+  absl::Mutex demand_mu_;
+  std::map<std::pair<const Dataset*, std::string>, DemandEntry> demands_
+      ABSL_GUARDED_BY(demand_mu_);
 
   // The raw cache of `dataset` for a CACHED_RAW request (made on first
   // use); drops caches idle for options_.raw_cache_idle.

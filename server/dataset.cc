@@ -575,17 +575,40 @@ absl::Status Dataset::ReadMembers(const SampleRecord& record,
                                                    lookaside);
 }
 
-absl::Status Dataset::ReadRange(int32_t shard, int64_t offset, int64_t size,
-                                char* dst) const {
-  const Shard& s = ShardAt(shard);
-  absl::StatusOr<int64_t> n = s.reader->source().ReadAt(offset, size, dst);
+namespace {
+
+// ReadAt's result as a status: exactly `size` bytes, or an error.
+absl::Status WholeRead(const absl::StatusOr<int64_t>& n,
+                       const std::string& path, int64_t offset, int64_t size) {
   if (!n.ok()) return n.status();
   if (*n != size) {
     return absl::DataLossError(absl::StrCat(
-        "shard '", s.reader->path(), "': short read: wanted ", size,
-        " bytes at offset ", offset, ", got ", *n));
+        "shard '", path, "': short read: wanted ", size, " bytes at offset ",
+        offset, ", got ", *n));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Dataset::ReadRange(int32_t shard, int64_t offset, int64_t size,
+                                char* dst) const {
+  const Shard& s = ShardAt(shard);
+  return WholeRead(s.reader->source().ReadAt(offset, size, dst),
+                   s.reader->path(), offset, size);
+}
+
+void Dataset::StartReadRange(
+    int32_t shard, int64_t offset, int64_t size, char* dst,
+    const std::string& group,
+    absl::AnyInvocable<void(absl::Status) &&> done) const {
+  const Shard& s = ShardAt(shard);
+  s.reader->source().StartReadAt(
+      offset, size, dst, group,
+      [path = s.reader->path(), offset, size,
+       done = std::move(done)](absl::StatusOr<int64_t> n) mutable {
+        std::move(done)(WholeRead(n, path, offset, size));
+      });
 }
 
 const std::string& Dataset::shard_version(int32_t shard) const {

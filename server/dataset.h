@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/fnv.h"
@@ -184,6 +185,12 @@ class Dataset {
   // (exactly `size` bytes, or an error). Requires a valid shard number.
   absl::Status ReadRange(int32_t shard, int64_t offset, int64_t size,
                          char* dst) const;
+  // ReadRange without waiting where the shard's source can (objects in
+  // storage; see ByteSource::StartReadAt): `done` gets its result, maybe on
+  // the store's event loop. `dst` must stay valid until then.
+  void StartReadRange(int32_t shard, int64_t offset, int64_t size, char* dst,
+                      const std::string& group,
+                      absl::AnyInvocable<void(absl::Status) &&> done) const;
   // Identifies the bytes of shard `shard` for caches: its URL and version
   // for an object in storage, "" for a local file.
   const std::string& shard_version(int32_t shard) const;

@@ -69,15 +69,26 @@ ABSL_FLAG(std::string, s3_region, "",
 ABSL_FLAG(std::string, storage_ca_file, "",
           "PEM CA bundle for https:// shard URLs and S3 endpoints; empty: "
           "the system's.");
-ABSL_FLAG(int, storage_max_requests, 64,
-          "Requests to object storage in flight at once, server-wide (also "
-          "the number of threads that fetch ahead for the streams).");
+ABSL_FLAG(int, storage_max_requests, 4096,
+          "Most requests to object storage in flight at once, server-wide: "
+          "the ceiling of the adaptive target (measured latency x the rate "
+          "the streams need, lowered while the store throttles).");
+ABSL_FLAG(int, storage_event_threads, 1,
+          "Event-loop threads driving the requests to object storage; one "
+          "holds thousands in flight (raise it for tens of thousands of "
+          "requests per second, e.g. over TLS).");
 ABSL_FLAG(int, storage_attempts, 8,
           "Attempts per request to object storage (retries on 5xx, 429, "
           "resets and short bodies, with exponential back-off and jitter).");
-ABSL_FLAG(int64_t, prefetch_bytes, int64_t{64} << 20,
-          "Shards in object storage: bytes of the next batches' samples each "
-          "stream fetches ahead (charged to the memory budget).");
+ABSL_FLAG(int64_t, prefetch_bytes, int64_t{512} << 20,
+          "Shards in object storage: the most bytes of sample data each "
+          "stream holds fetched or in flight (charged to the memory "
+          "budget); below it the depth follows the measured latency and "
+          "the rate the stream consumes.");
+ABSL_FLAG(int64_t, prefetch_merge_gap, int64_t{64} << 10,
+          "Shards in object storage: samples of one shard at most this many "
+          "bytes apart are read with one request (the bytes between are read "
+          "and dropped); 0: one request per sample, unless they touch.");
 ABSL_FLAG(std::string, cache_dir, "",
           "Keep raw sample bytes from object storage in DIR/stoker-cache-v1 "
           "(LRU, within --cache_bytes), and built shard indexes in "
@@ -308,6 +319,9 @@ absl::Status ReadDatasets(const std::vector<std::string>& datasets,
   return absl::OkStatus();
 }
 
+// Threads reading and writing the --cache_dir sample cache.
+constexpr int kDiskCacheThreads = 4;
+
 // Object storage, prefetching and the sample cache.
 absl::Status ReadStorage(Config* config) {
   config->storage.s3_endpoint = absl::GetFlag(FLAGS_s3_endpoint);
@@ -316,15 +330,31 @@ absl::Status ReadStorage(Config* config) {
   config->storage.http.max_concurrent_requests =
       absl::GetFlag(FLAGS_storage_max_requests);
   config->storage.http.max_attempts = absl::GetFlag(FLAGS_storage_attempts);
+  config->storage.http.event_threads =
+      absl::GetFlag(FLAGS_storage_event_threads);
   if (config->storage.http.max_concurrent_requests < 1 ||
-      config->storage.http.max_attempts < 1) {
+      config->storage.http.max_attempts < 1 ||
+      config->storage.http.event_threads < 1) {
     return absl::InvalidArgumentError(
-        "--storage_max_requests and --storage_attempts must be >= 1");
+        "--storage_max_requests, --storage_attempts and "
+        "--storage_event_threads must be >= 1");
   }
-  config->service.io_threads = config->storage.http.max_concurrent_requests;
+  if (config->storage.http.max_concurrent_requests <
+      config->storage.http.event_threads) {
+    return absl::InvalidArgumentError(
+        "--storage_max_requests must be at least --storage_event_threads");
+  }
+  // Requests are asynchronous; the I/O threads only read and write the disk
+  // cache of sample bytes.
+  config->service.io_threads = kDiskCacheThreads;
   config->service.stream.prefetch_bytes = absl::GetFlag(FLAGS_prefetch_bytes);
   if (config->service.stream.prefetch_bytes < 0) {
     return absl::InvalidArgumentError("--prefetch_bytes must be >= 0");
+  }
+  config->service.stream.prefetch.merge_gap =
+      absl::GetFlag(FLAGS_prefetch_merge_gap);
+  if (config->service.stream.prefetch.merge_gap < 0) {
+    return absl::InvalidArgumentError("--prefetch_merge_gap must be >= 0");
   }
   if (config->service.stream.prefetch_bytes == 0) {
     config->service.io_threads = 0;
@@ -558,10 +588,17 @@ void LogStopped(const StokerServer& server, bool object_storage) {
                stats.skipped_samples);
   if (object_storage) {
     const stoker::v1::StorageStats s = server.service()->storage_stats();
-    spdlog::info("object storage: {} requests ({} retries, {} failed), {} "
-                 "bytes; prefetched {} ranges, {} bytes; cache {} hits, {} "
+    int64_t answered = 0;
+    for (const int64_t count : s.latency_bucket_counts()) answered += count;
+    spdlog::info("object storage: {} requests ({} retries, {} failed, {} "
+                 "throttled) on {} connections, {} bytes, {:.1f} ms mean "
+                 "latency; prefetched {} ranges, {} bytes; cache {} hits, {} "
                  "misses",
-                 s.requests(), s.retries(), s.failed_requests(), s.bytes(),
+                 s.requests(), s.retries(), s.failed_requests(),
+                 s.throttled_requests(), s.connections(), s.bytes(),
+                 answered > 0 ? 1e3 * s.latency_sum_seconds() /
+                                    static_cast<double>(answered)
+                              : 0.0,
                  s.prefetch_ranges(), s.prefetch_bytes(), s.cache_hits(),
                  s.cache_misses());
   }

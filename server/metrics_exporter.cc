@@ -1,6 +1,7 @@
 #include "server/metrics_exporter.h"
 
 #include <exception>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -41,6 +42,29 @@ MetricFamily Single(const char* name, const char* help, MetricType type,
                     double value) {
   MetricFamily family = Family(name, help, type);
   AddValue(&family, value);
+  return family;
+}
+
+// The latency histogram of requests to object storage.
+MetricFamily LatencyHistogram(const v1::StorageStats& storage) {
+  MetricFamily family =
+      Family("stoker_storage_request_seconds",
+             "Time successful requests to object storage held their slot.",
+             MetricType::Histogram);
+  ClientMetric metric;
+  uint64_t cumulative = 0;
+  for (int i = 0; i < storage.latency_bucket_counts_size(); ++i) {
+    cumulative += static_cast<uint64_t>(storage.latency_bucket_counts(i));
+    ClientMetric::Bucket bucket;
+    bucket.cumulative_count = cumulative;
+    bucket.upper_bound = i < storage.latency_bucket_bounds_size()
+                             ? storage.latency_bucket_bounds(i)
+                             : std::numeric_limits<double>::infinity();
+    metric.histogram.bucket.push_back(bucket);
+  }
+  metric.histogram.sample_count = cumulative;
+  metric.histogram.sample_sum = storage.latency_sum_seconds();
+  family.metric.push_back(std::move(metric));
   return family;
 }
 
@@ -119,10 +143,42 @@ class ServiceCollector : public prometheus::Collectable {
         {"stoker_cache_misses_total",
          "Sample spans not found in the local disk cache.",
          storage.cache_misses()},
+        {"stoker_storage_connections_total",
+         "Connections opened to object storage (other requests reused one).",
+         storage.connections()},
+        {"stoker_storage_throttled_total",
+         "Answers 429/503 (SlowDown) from object storage.",
+         storage.throttled_requests()},
+        {"stoker_storage_throttle_events_total",
+         "Times the request concurrency was lowered because the store "
+         "throttled.",
+         storage.throttle_events()},
     };
     for (const auto& c : counters) {
       out.push_back(Single(c.name, c.help, MetricType::Counter,
                            static_cast<double>(c.value)));
+    }
+    const struct {
+      const char* name;
+      const char* help;
+      double value;
+    } gauges[] = {
+        {"stoker_storage_requests_in_flight",
+         "Requests to object storage on the wire now.",
+         static_cast<double>(storage.requests_in_flight())},
+        {"stoker_storage_requests_queued",
+         "Requests to object storage waiting for a slot or a retry.",
+         static_cast<double>(storage.requests_queued())},
+        {"stoker_storage_concurrency_limit",
+         "Most requests to object storage allowed in flight now: grows while "
+         "requests wait, halves while the store throttles.",
+         static_cast<double>(storage.concurrency_limit())},
+    };
+    for (const auto& g : gauges) {
+      out.push_back(Single(g.name, g.help, MetricType::Gauge, g.value));
+    }
+    if (storage.latency_bucket_counts_size() > 0) {
+      out.push_back(LatencyHistogram(storage));
     }
     return out;
   }

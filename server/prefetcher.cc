@@ -30,6 +30,8 @@ struct Prefetcher::Range {
     bool done = false;
     absl::Status status;
     PooledBuffer data;
+    // Called (unlocked) once `done` is set.
+    std::vector<absl::AnyInvocable<void() &&>> waiters;
   };
   // The state, guarded by the prefetcher's mu_: the caller names that
   // mutex, so clang checks it is held.
@@ -55,14 +57,43 @@ bool SampleSpan(const SampleRecord& record, int64_t* begin, int64_t* end) {
   return true;
 }
 
+void PrefetchDemand::Consumed(absl::Time now, int64_t span_bytes) {
+  absl::MutexLock lock(&mu_);
+  consumed_.Add(now, static_cast<double>(span_bytes));
+}
+
+void PrefetchDemand::Fetched(absl::Time now, absl::Duration took) {
+  constexpr absl::Duration kWindow = absl::Seconds(10);
+  absl::MutexLock lock(&mu_);
+  if (now - window_start_ >= kWindow) {
+    previous_min_ = window_min_;
+    window_min_ = absl::InfiniteDuration();
+    window_start_ = now;
+  }
+  window_min_ = std::min(window_min_, took);
+}
+
+int64_t PrefetchDemand::Depth(const PrefetchOptions& options,
+                              int64_t ceiling) const {
+  absl::MutexLock lock(&mu_);
+  const absl::Duration round_trip = std::min(window_min_, previous_min_);
+  if (!consumed_.known() || round_trip == absl::InfiniteDuration()) {
+    return std::min(options.initial_depth, ceiling);
+  }
+  const double wanted = options.depth_headroom * consumed_.rate() *
+                        absl::ToDoubleSeconds(round_trip);
+  return std::clamp<int64_t>(static_cast<int64_t>(wanted),
+                             std::min(options.min_depth, ceiling), ceiling);
+}
+
 std::shared_ptr<Prefetcher> Prefetcher::Create(
     const Dataset* dataset, WorkerPool* io, const std::string& job,
     std::shared_ptr<MemoryBudget> budget, BufferPool* buffers,
     storage::DiskCache* cache, std::shared_ptr<PrefetchCounters> counters,
-    const PrefetchOptions& options) {
+    const PrefetchOptions& options, std::shared_ptr<PrefetchDemand> demand) {
   return std::shared_ptr<Prefetcher>(
       new Prefetcher(dataset, io, job, std::move(budget), buffers, cache,
-                     std::move(counters), options));
+                     std::move(counters), options, std::move(demand)));
 }
 
 Prefetcher::Prefetcher(const Dataset* dataset, WorkerPool* io,
@@ -70,17 +101,26 @@ Prefetcher::Prefetcher(const Dataset* dataset, WorkerPool* io,
                        std::shared_ptr<MemoryBudget> budget,
                        BufferPool* buffers, storage::DiskCache* cache,
                        std::shared_ptr<PrefetchCounters> counters,
-                       const PrefetchOptions& options)
+                       const PrefetchOptions& options,
+                       std::shared_ptr<PrefetchDemand> demand)
     : dataset_(dataset),
+      job_(job),
       queue_(io->NewQueue(job)),
+      cache_queue_(cache != nullptr ? io->NewQueue(job) : nullptr),
       budget_(std::move(budget)),
       buffers_(buffers),
       cache_(cache),
       counters_(counters != nullptr ? std::move(counters)
                                     : std::make_shared<PrefetchCounters>()),
-      options_(options) {}
+      options_(options),
+      demand_(demand != nullptr
+                  ? std::move(demand)
+                  : std::make_shared<PrefetchDemand>(options.rate_window)) {}
 
-Prefetcher::~Prefetcher() { queue_->Close(); }
+Prefetcher::~Prefetcher() {
+  queue_->Close();
+  if (cache_queue_ != nullptr) cache_queue_->Close();
+}
 
 int64_t Prefetcher::SpanBytes(const std::vector<int64_t>& samples) const {
   int64_t total = 0;
@@ -122,12 +162,14 @@ void Prefetcher::Plan(
     if (cancelled_.load()) return;
     std::vector<Span> spans;
     for (const auto& [batch, samples] : batches) {
-      std::vector<std::shared_ptr<Range>>& used = batch_ranges_[batch];
+      BatchUse& use = batches_[batch];
+      std::vector<std::shared_ptr<Range>>& used = use.ranges;
       for (const int64_t sample : samples) {
         const SampleRecord& record = dataset_->record(sample);
         int64_t begin = 0;
         int64_t end = 0;
         if (!SampleSpan(record, &begin, &end)) continue;
+        use.span_bytes += end - begin;
         if (std::shared_ptr<Range> r = FindLocked(record.shard, begin, end - begin)) {
           if (std::find(used.begin(), used.end(), r) == used.end()) {
             ++r->state(mu_).batches;
@@ -171,7 +213,7 @@ void Prefetcher::Plan(
           current->spans.back() != std::make_pair(span.begin, span.end)) {
         current->spans.emplace_back(span.begin, span.end);
       }
-      std::vector<std::shared_ptr<Range>>& used = batch_ranges_[span.batch];
+      std::vector<std::shared_ptr<Range>>& used = batches_[span.batch].ranges;
       if (used.empty() || used.back() != current) {
         ++current->state(mu_).batches;
         used.push_back(current);
@@ -184,10 +226,17 @@ void Prefetcher::Plan(
                       const std::shared_ptr<Range>& b) {
                      return a->first_batch < b->first_batch;
                    });
+  // Requests to object storage never block: they start here. What may
+  // block (the disk cache, a local file's read) starts on the I/O pool.
+  const bool direct = dataset_->remote() && cache_ == nullptr;
   for (const std::shared_ptr<Range>& range : to_fetch) {
-    queue_->Push([self = shared_from_this(), range](WorkerContext*) {
-      self->Fetch(range);
-    });
+    if (direct) {
+      Fetch(range);
+    } else {
+      queue_->Push([self = shared_from_this(), range](WorkerContext*) {
+        self->Fetch(range);
+      });
+    }
   }
 }
 
@@ -199,41 +248,98 @@ uint64_t Prefetcher::CacheKey(int32_t shard, int64_t begin, int64_t end) const {
 }
 
 void Prefetcher::Fetch(const std::shared_ptr<Range>& range) {
-  absl::Status status;
   const int64_t size = range->end - range->begin;
-  PooledBuffer data = buffers_->Take(static_cast<size_t>(size));
-  bool from_cache = false;
   if (cancelled_.load()) {
-    status = absl::CancelledError("stream cancelled");
-  } else {
-    if (cache_ != nullptr) {
-      from_cache = true;
-      for (const auto& [b, e] : range->spans) {
-        if (!cache_->Get(CacheKey(range->shard, b, e), e - b,
-                         data.data() + (b - range->begin))) {
-          from_cache = false;
-          break;
-        }
+    Finish(range, absl::CancelledError("stream cancelled"), PooledBuffer());
+    return;
+  }
+  PooledBuffer data = buffers_->Take(static_cast<size_t>(size));
+  if (cache_ != nullptr) {
+    bool from_cache = true;
+    for (const auto& [b, e] : range->spans) {
+      if (!cache_->Get(CacheKey(range->shard, b, e), e - b,
+                       data.data() + (b - range->begin))) {
+        from_cache = false;
+        break;
       }
     }
-    if (!from_cache) {
-      status = dataset_->ReadRange(range->shard, range->begin, size, data.data());
-      if (status.ok() && cache_ != nullptr) {
-        for (const auto& [b, e] : range->spans) {
-          cache_->Put(CacheKey(range->shard, b, e),
-                      data.data() + (b - range->begin), e - b);
-        }
-      }
+    if (from_cache) {
+      counters_->ranges.fetch_add(1, std::memory_order_relaxed);
+      counters_->bytes.fetch_add(size, std::memory_order_relaxed);
+      Finish(range, absl::OkStatus(), std::move(data));
+      return;
     }
   }
+  char* const dst = data.data();  // moving the buffer keeps its bytes
+  dataset_->StartReadRange(
+      range->shard, range->begin, size, dst, job_,
+      [self = shared_from_this(), range, data = std::move(data),
+       started = absl::Now()](absl::Status status) mutable {
+        self->Fetched(range, std::move(status), std::move(data), started);
+      });
+}
+
+void Prefetcher::Fetched(const std::shared_ptr<Range>& range,
+                         absl::Status status, PooledBuffer data,
+                         absl::Time started) {
+  const int64_t size = range->end - range->begin;
   counters_->ranges.fetch_add(1, std::memory_order_relaxed);
   counters_->bytes.fetch_add(size, std::memory_order_relaxed);
-  absl::MutexLock lock(&mu_);
-  Range::State& state = range->state(mu_);
-  if (state.done) return;  // cancelled meanwhile
-  if (status.ok()) state.data = std::move(data);
-  state.status = std::move(status);
-  state.done = true;
+  if (status.ok()) {
+    const absl::Time now = absl::Now();
+    demand_->Fetched(now, now - started);
+  }
+  if (status.ok() && cache_ != nullptr) {
+    // Written to the disk cache before its samples are decoded (so that a
+    // batch sent was cached), off the event loop, on a queue Cancel()
+    // leaves open.
+    // (Tasks are copyable: the buffer goes in a shared holder.)
+    auto held = std::make_shared<PooledBuffer>(std::move(data));
+    cache_queue_->Push([self = shared_from_this(), range,
+                        held](WorkerContext*) {
+      self->PutInCache(*range, held->data());
+      self->Finish(range, absl::OkStatus(), std::move(*held));
+    });
+    return;
+  }
+  Finish(range, std::move(status), std::move(data));
+}
+
+void Prefetcher::Finish(const std::shared_ptr<Range>& range,
+                        absl::Status status, PooledBuffer data) {
+  std::vector<absl::AnyInvocable<void() &&>> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    Range::State& state = range->state(mu_);
+    if (state.done) return;  // cancelled meanwhile
+    if (status.ok()) state.data = std::move(data);
+    state.status = std::move(status);
+    state.done = true;
+    waiters.swap(state.waiters);
+  }
+  for (auto& ready : waiters) std::move(ready)();
+}
+
+void Prefetcher::WhenReady(int64_t sample,
+                           absl::AnyInvocable<void() &&> ready) {
+  const SampleRecord record = dataset_->record(sample);
+  int64_t begin = 0;
+  int64_t end = 0;
+  if (SampleSpan(record, &begin, &end)) {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Range> range = FindLocked(record.shard, begin, end - begin);
+    if (range != nullptr && !range->state(mu_).done && !cancelled_.load()) {
+      range->state(mu_).waiters.push_back(std::move(ready));
+      return;
+    }
+  }
+  std::move(ready)();
+}
+
+void Prefetcher::PutInCache(const Range& range, const char* bytes) {
+  for (const auto& [b, e] : range.spans) {
+    cache_->Put(CacheKey(range.shard, b, e), bytes + (b - range.begin), e - b);
+  }
 }
 
 bool Prefetcher::Copy(int32_t shard, int64_t offset, int64_t size, char* dst,
@@ -272,9 +378,10 @@ void Prefetcher::Release(int64_t batch) {
   std::vector<std::shared_ptr<Range>> freed;
   {
     absl::MutexLock lock(&mu_);
-    auto it = batch_ranges_.find(batch);
-    if (it == batch_ranges_.end()) return;
-    for (std::shared_ptr<Range>& range : it->second) {
+    auto it = batches_.find(batch);
+    if (it == batches_.end()) return;
+    demand_->Consumed(absl::Now(), it->second.span_bytes);
+    for (std::shared_ptr<Range>& range : it->second.ranges) {
       if (--range->state(mu_).batches > 0) continue;
       auto [first, last] = ranges_.equal_range({range->shard, range->begin});
       for (auto r = first; r != last; ++r) {
@@ -286,7 +393,7 @@ void Prefetcher::Release(int64_t batch) {
       held_bytes_ -= range->end - range->begin;
       freed.push_back(std::move(range));
     }
-    batch_ranges_.erase(it);
+    batches_.erase(it);
   }
 }
 
@@ -295,17 +402,36 @@ int64_t Prefetcher::held_bytes() const {
   return held_bytes_;
 }
 
+int64_t Prefetcher::span_bytes_from(int64_t batch) const {
+  absl::MutexLock lock(&mu_);
+  int64_t total = 0;
+  for (auto it = batches_.lower_bound(batch); it != batches_.end(); ++it) {
+    total += it->second.span_bytes;
+  }
+  return total;
+}
+
+int64_t Prefetcher::depth_bytes(int64_t ceiling) const {
+  return demand_->Depth(options_, ceiling);
+}
+
 void Prefetcher::Cancel() {
   if (cancelled_.exchange(true)) return;
   queue_->Close();
-  absl::MutexLock lock(&mu_);
-  for (auto& [key, range] : ranges_) {
-    Range::State& state = range->state(mu_);
-    if (!state.done) {
-      state.status = absl::CancelledError("stream cancelled");
-      state.done = true;
+  std::vector<absl::AnyInvocable<void() &&>> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, range] : ranges_) {
+      Range::State& state = range->state(mu_);
+      if (!state.done) {
+        state.status = absl::CancelledError("stream cancelled");
+        state.done = true;
+        for (auto& ready : state.waiters) waiters.push_back(std::move(ready));
+        state.waiters.clear();
+      }
     }
   }
+  for (auto& ready : waiters) std::move(ready)();
 }
 
 }  // namespace stoker::server

@@ -37,11 +37,14 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/buffer_pool.h"
 #include "server/dataset.h"
 #include "server/memory_budget.h"
+#include "server/storage/concurrency.h"
 #include "server/storage/disk_cache.h"
 #include "server/worker_pool.h"
 
@@ -54,6 +57,43 @@ struct PrefetchOptions {
   // Largest range fetched with one request. A range is usable once all of
   // it has arrived, so smaller ranges let the first samples start sooner.
   int64_t max_range = 4 << 20;
+  // depth_bytes(): headroom over rate x latency, the least depth, and the
+  // depth until both are measured.
+  double depth_headroom = 2.0;
+  int64_t min_depth = 8 << 20;
+  int64_t initial_depth = 64 << 20;
+  // Consumption is measured over windows this long.
+  absl::Duration rate_window = absl::Seconds(1);
+};
+
+// What sizes a prefetcher's depth: the span bytes per second its batches
+// consume and the round trip of a fetch, both measured. Shared by the
+// streams of one job over one dataset (a job's streams are short: a few
+// batches each), so that a new stream starts at the depth its job needs
+// instead of the initial one. Thread-safe.
+//
+// The round trip is the least a fetch took over the last 10-20 s (as BBR
+// estimates a path's delay), not the mean: a deeper prefetch makes larger
+// bursts, whose fetches queue behind each other and take longer; a depth
+// sized by the mean would grow with its own bursts.
+class PrefetchDemand {
+ public:
+  explicit PrefetchDemand(absl::Duration rate_window)
+      : consumed_(rate_window) {}
+  void Consumed(absl::Time now, int64_t span_bytes);
+  void Fetched(absl::Time now, absl::Duration took);
+  // headroom x rate x round trip within [min(min_depth, ceiling),
+  // ceiling]; min(initial_depth, ceiling) until both are measured.
+  int64_t Depth(const PrefetchOptions& options, int64_t ceiling) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  storage::RateMeter consumed_ ABSL_GUARDED_BY(mu_);
+  // The least fetch time of the current window and of the one before.
+  absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Duration window_min_ ABSL_GUARDED_BY(mu_) = absl::InfiniteDuration();
+  absl::Duration previous_min_ ABSL_GUARDED_BY(mu_) =
+      absl::InfiniteDuration();
 };
 
 // Server-wide counters (shared by every stream's prefetcher).
@@ -66,13 +106,14 @@ class Prefetcher : public RangeLookaside,
                    public std::enable_shared_from_this<Prefetcher> {
  public:
   // `dataset`, `io`, `buffers` and `cache` (may be null) are not owned and
-  // outlive the prefetcher; `job` is its I/O queue's group; `counters` may
-  // be null.
+  // outlive the prefetcher; `job` is its I/O queue's group; `counters` and
+  // `demand` (shared with the job's other streams) may be null.
   static std::shared_ptr<Prefetcher> Create(
       const Dataset* dataset, WorkerPool* io, const std::string& job,
       std::shared_ptr<MemoryBudget> budget, BufferPool* buffers,
       storage::DiskCache* cache, std::shared_ptr<PrefetchCounters> counters,
-      const PrefetchOptions& options = {});
+      const PrefetchOptions& options = {},
+      std::shared_ptr<PrefetchDemand> demand = nullptr);
   ~Prefetcher() override;
 
   // The bytes the samples' spans cover (an estimate of what planning them
@@ -83,12 +124,26 @@ class Prefetcher : public RangeLookaside,
   // every batch planned before; their fetches start in the background.
   void Plan(const std::vector<std::pair<int64_t, std::vector<int64_t>>>& batches);
 
+  // Calls `ready` once global sample `sample`'s bytes are here (or their
+  // fetch failed, or the prefetcher was cancelled): at once if they are,
+  // or no planned range holds them; else from the fetch's completion (on
+  // the store's event loop: it must be quick).
+  void WhenReady(int64_t sample, absl::AnyInvocable<void() &&> ready);
+
   // Batch `batch` has read all its samples: ranges no other planned batch
   // uses are freed.
   void Release(int64_t batch);
 
   // Bytes of the ranges planned and not yet freed.
   int64_t held_bytes() const;
+
+  // Span bytes of the planned, unreleased batches from `batch` on.
+  int64_t span_bytes_from(int64_t batch) const;
+
+  // Span bytes to keep planned past the batches being assembled (see the
+  // file comment), at most `ceiling`: initial_depth until the consumption
+  // rate and a fetch's latency are measured.
+  int64_t depth_bytes(int64_t ceiling) const;
 
   // RangeLookaside.
   bool Copy(int32_t shard, int64_t offset, int64_t size, char* dst,
@@ -107,17 +162,33 @@ class Prefetcher : public RangeLookaside,
              std::shared_ptr<MemoryBudget> budget, BufferPool* buffers,
              storage::DiskCache* cache,
              std::shared_ptr<PrefetchCounters> counters,
-             const PrefetchOptions& options);
+             const PrefetchOptions& options,
+             std::shared_ptr<PrefetchDemand> demand);
   // The live range covering [offset, offset + size) of `shard`, or null.
   std::shared_ptr<Range> FindLocked(int32_t shard, int64_t offset,
                                     int64_t size) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Looks in the disk cache (on the I/O pool), else starts the request.
   void Fetch(const std::shared_ptr<Range>& range);
+  // The request for `range`, asked for at `started`, ended with `status`
+  // (on the store's event loop).
+  void Fetched(const std::shared_ptr<Range>& range, absl::Status status,
+               PooledBuffer data, absl::Time started);
+  // Publishes the range's outcome and wakes its readers.
+  void Finish(const std::shared_ptr<Range>& range, absl::Status status,
+              PooledBuffer data);
+  // Writes the spans of `range`, fetched into `bytes`, to the disk cache
+  // (on the I/O pool).
+  void PutInCache(const Range& range, const char* bytes);
   // Disk cache key of span [begin, end) of `shard`.
   uint64_t CacheKey(int32_t shard, int64_t begin, int64_t end) const;
 
   const Dataset* const dataset_;
+  const std::string job_;
   const std::unique_ptr<TaskQueue> queue_;
+  // Writes to the disk cache (null without one); closed only when the
+  // prefetcher goes (its tasks hold it).
+  const std::unique_ptr<TaskQueue> cache_queue_;
   const std::shared_ptr<MemoryBudget> budget_;
   BufferPool* const buffers_;
   storage::DiskCache* const cache_;
@@ -129,10 +200,16 @@ class Prefetcher : public RangeLookaside,
   // Live ranges by (shard, first byte).
   std::multimap<std::pair<int32_t, int64_t>, std::shared_ptr<Range>> ranges_
       ABSL_GUARDED_BY(mu_);
-  // The ranges each planned, unreleased batch uses.
-  std::map<int64_t, std::vector<std::shared_ptr<Range>>> batch_ranges_
-      ABSL_GUARDED_BY(mu_);
+  // What each planned, unreleased batch uses: its ranges, and its samples'
+  // span bytes.
+  struct BatchUse {
+    std::vector<std::shared_ptr<Range>> ranges;
+    int64_t span_bytes = 0;
+  };
+  std::map<int64_t, BatchUse> batches_ ABSL_GUARDED_BY(mu_);
   int64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sizes depth_bytes(); never null.
+  const std::shared_ptr<PrefetchDemand> demand_;
 };
 
 // The span of `record`'s shard holding all its members' data: [*begin,

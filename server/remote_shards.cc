@@ -33,6 +33,21 @@ class ObjectSource : public ByteSource {
     return n;
   }
 
+  void StartReadAt(int64_t offset, int64_t size, char* dst,
+                   const std::string& group, ReadDone done) const override {
+    const int64_t n = std::max<int64_t>(
+        0, std::min(size, object_.size - std::max<int64_t>(offset, 0)));
+    store_->StartReadRange(
+        object_, offset, n, dst, group,
+        [n, done = std::move(done)](absl::Status status) mutable {
+          if (status.ok()) {
+            std::move(done)(n);
+          } else {
+            std::move(done)(std::move(status));
+          }
+        });
+  }
+
   // Every read carries the listed version (If-Match).
   absl::Status CheckUnchanged() const override { return absl::OkStatus(); }
 

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -228,6 +229,17 @@ class ByteSource {
   // read (fewer only at the end of the data). Errors name the source.
   virtual absl::StatusOr<int64_t> ReadAt(int64_t offset, int64_t size,
                                          char* dst) const = 0;
+  // Called once with what ReadAt would have returned.
+  using ReadDone = absl::AnyInvocable<void(absl::StatusOr<int64_t>) &&>;
+  // ReadAt without waiting, where the source can: an object in storage
+  // calls `done` from its store's event loop (`group` shares the store's
+  // request slots fairly between groups, e.g. jobs). By default it reads
+  // and calls `done` before returning. `dst` must stay valid until `done`.
+  virtual void StartReadAt(int64_t offset, int64_t size, char* dst,
+                           const std::string& /*group*/,
+                           ReadDone done) const {
+    std::move(done)(ReadAt(offset, size, dst));
+  }
   // OK while the source still holds the data that was indexed; DataLoss
   // saying what changed otherwise. Sources that check the version on every
   // read (object storage's If-Match) return OK.

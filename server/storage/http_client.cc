@@ -1,15 +1,26 @@
 #include "server/storage/http_client.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
+#include <deque>
+#include <iterator>
 #include <random>
+#include <thread>
 #include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -92,12 +103,6 @@ std::string SummarizeErrorBody(const std::string& body) {
   return std::string(absl::StripAsciiWhitespace(line));
 }
 
-struct HttpClient::Handle {
-  explicit Handle(CURL* c) : curl(c) {}
-  ~Handle() { curl_easy_cleanup(curl); }
-  CURL* const curl;
-};
-
 namespace http_internal {
 
 // What one logical request wants and where its body goes.
@@ -119,6 +124,16 @@ struct Request {
   int64_t expected_size = -1;
   // Filled by the last attempt.
   ObjectHeaders headers;
+
+  // Requests of one group take turns with other groups' (HttpClient).
+  std::string group;
+  HttpDone done;
+  // If not null, receives `headers` when the request is done.
+  ObjectHeaders* headers_out = nullptr;
+  // Attempts made so far, the next back-off and the last failure.
+  int attempts = 0;
+  absl::Duration backoff;
+  absl::Status last;
 
   std::string Describe() const {
     const char* method = kind == Kind::kHead ? "HEAD" : "GET";
@@ -279,8 +294,9 @@ void SetTransferOptions(CURL* curl, const HttpOptions& options,
       curl, CURLOPT_LOW_SPEED_TIME,
       static_cast<long>(absl::ToInt64Seconds(options.stall_timeout)));
   curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
-  // Large ranges arrive in fewer, larger reads and callbacks.
-  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L * 1024);
+  // Large ranges arrive in fewer, larger reads and callbacks; each handle
+  // holds a buffer this size, and thousands may be in flight.
+  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 64L * 1024);
   // No transparent decompression: byte ranges are of the stored object.
   curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, nullptr);
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -420,13 +436,547 @@ absl::Status CheckBody(Request& request, const Attempt& attempt, long status,
 
 }  // namespace
 
+
+// One event loop: a curl multi handle whose sockets are watched with epoll,
+// its request queues, retry timers and concurrency control. Everything but
+// Submit() and stats() runs on the loop's thread.
+class HttpClient::Loop {
+ public:
+  // `ceiling`: this loop's share of max_concurrent_requests.
+  static absl::StatusOr<std::unique_ptr<Loop>> Create(const HttpOptions& options,
+                                                      int ceiling);
+  // Fails what is still queued or in flight with CANCELLED, then stops.
+  ~Loop();
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
+
+  // Thread-safe.
+  void Submit(std::unique_ptr<Request> request);
+  // Thread-safe: adds this loop's figures to `*out`.
+  void AddStats(HttpStats* out) const;
+
+ private:
+  // One attempt on the wire.
+  struct Transfer {
+    std::unique_ptr<Request> request;
+    CURL* curl = nullptr;
+    Attempt attempt;
+    char error[CURL_ERROR_SIZE] = {0};
+    RequestHeaders headers;
+    absl::Time started;
+  };
+  // A request waiting for its next attempt.
+  struct Retry {
+    absl::Time at;
+    std::unique_ptr<Request> request;
+  };
+
+  Loop(const HttpOptions& options, int ceiling, int epoll_fd, int wake_fd,
+       CURLM* multi);
+
+  void Run();
+  // Moves submitted requests into the queues.
+  void TakeSubmitted();
+  // Starts queued requests while fewer than the limit are in flight.
+  void Admit(absl::Time now);
+  // The next request to start, due retries first, then groups in turn.
+  std::unique_ptr<Request> NextQueued(absl::Time now);
+  void Start(std::unique_ptr<Request> request, absl::Time now);
+  // Handles transfers curl reports done.
+  void ReadCompletions(absl::Time now);
+  void Finish(std::unique_ptr<Transfer> transfer, CURLcode code,
+              absl::Time now);
+  // Calls the request's callback with its final status.
+  void Complete(std::unique_ptr<Request> request, absl::Status status);
+  // Fails everything queued and in flight (at shutdown).
+  void Drain();
+  // Publishes the counts stats() reads.
+  void Publish();
+
+  // curl's callbacks.
+  static int OnSocket(CURL* easy, curl_socket_t fd, int what, void* loop,
+                      void* socket_data);
+  static int OnTimer(CURLM* multi, long timeout_ms, void* loop);
+
+  const HttpOptions options_;
+  const int epoll_fd_;
+  const int wake_fd_;
+  CURLM* const multi_;
+
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Request>> submitted_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Loop thread only.
+  ConcurrencyControl control_;
+  // Waiting requests by group, and the groups with any, in turn order.
+  absl::flat_hash_map<std::string, std::deque<std::unique_ptr<Request>>>
+      queues_;
+  std::deque<std::string> turns_;
+  int64_t queued_ = 0;
+  // Retries by due time (a min-heap).
+  std::vector<Retry> retries_;
+  absl::flat_hash_set<Transfer*> in_flight_;
+  std::vector<CURL*> idle_handles_;
+  // curl's timer: when it wants curl_multi_socket_action(TIMEOUT).
+  absl::Time curl_deadline_ = absl::InfiniteFuture();
+  std::minstd_rand jitter_{std::random_device{}()};
+
+  // Read by stats() from any thread.
+  std::atomic<int64_t> requests_{0};
+  std::atomic<int64_t> retries_count_{0};
+  std::atomic<int64_t> failures_{0};
+  std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> connections_{0};
+  std::atomic<int64_t> throttled_{0};
+  std::atomic<int64_t> throttle_events_{0};
+  std::atomic<int64_t> in_flight_count_{0};
+  std::atomic<int64_t> queued_count_{0};
+  std::atomic<int64_t> limit_{0};
+  std::atomic<int64_t> latency_ns_{0};
+  std::atomic<int64_t> latency_counts_[kLatencyBucketCount] = {};
+  std::atomic<int64_t> latency_sum_ns_{0};
+
+  std::thread thread_;
+};
+
+
+absl::StatusOr<std::unique_ptr<HttpClient::Loop>> HttpClient::Loop::Create(
+    const HttpOptions& options, int ceiling) {
+  const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd < 0) return absl::ErrnoToStatus(errno, "epoll_create1");
+  const int wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd < 0) {
+    const int error = errno;
+    ::close(epoll_fd);
+    return absl::ErrnoToStatus(error, "eventfd");
+  }
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = wake_fd;
+  CURLM* multi = nullptr;
+  if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &event) != 0 ||
+      (multi = curl_multi_init()) == nullptr) {
+    const int error = errno;
+    ::close(wake_fd);
+    ::close(epoll_fd);
+    return multi == nullptr && error == 0
+               ? absl::InternalError("curl_multi_init failed")
+               : absl::ErrnoToStatus(error, "starting an HTTP event loop");
+  }
+  std::unique_ptr<Loop> loop(
+      new Loop(options, ceiling, epoll_fd, wake_fd, multi));
+  curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, &Loop::OnSocket);
+  curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, loop.get());
+  curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, &Loop::OnTimer);
+  curl_multi_setopt(multi, CURLMOPT_TIMERDATA, loop.get());
+  // Keep as many connections alive as there may be requests in flight.
+  curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, static_cast<long>(ceiling));
+  curl_multi_setopt(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+  loop->thread_ = std::thread([l = loop.get()] {
+    // Named so that top -H and perf tell its CPU from the decoders'.
+    pthread_setname_np(pthread_self(), "stoker-http");
+    l->Run();
+  });
+  return loop;
+}
+
+namespace {
+
+ConcurrencyOptions WithCeiling(ConcurrencyOptions options, int ceiling) {
+  options.ceiling = ceiling;
+  options.initial = std::min(options.initial, ceiling);
+  return options;
+}
+
+}  // namespace
+
+HttpClient::Loop::Loop(const HttpOptions& options, int ceiling, int epoll_fd,
+                       int wake_fd, CURLM* multi)
+    : options_(options),
+      epoll_fd_(epoll_fd),
+      wake_fd_(wake_fd),
+      multi_(multi),
+      control_(WithCeiling(options.concurrency, ceiling)) {}
+
+HttpClient::Loop::~Loop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+  thread_.join();
+  for (CURL* curl : idle_handles_) curl_easy_cleanup(curl);
+  curl_multi_cleanup(multi_);
+  ::close(wake_fd_);
+  ::close(epoll_fd_);
+}
+
+void HttpClient::Loop::Submit(std::unique_ptr<Request> request) {
+  bool wake = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      // The loop takes every submitted request at once when it wakes: one
+      // wake-up per batch of submissions.
+      wake = submitted_.empty();
+      submitted_.push_back(std::move(request));
+    }
+  }
+  if (request != nullptr) {
+    Complete(std::move(request),
+             absl::CancelledError("the storage client is shutting down"));
+    return;
+  }
+  if (wake) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+}
+
+int HttpClient::Loop::OnSocket(CURL* /*easy*/, curl_socket_t fd, int what,
+                               void* user, void* /*socket_data*/) {
+  auto* loop = static_cast<Loop*>(user);
+  if (what == CURL_POLL_REMOVE) {
+    // curl may have closed it already (closing removes it from epoll).
+    ::epoll_ctl(loop->epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    return 0;
+  }
+  epoll_event event{};
+  event.data.fd = fd;
+  event.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) |
+                 ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+  if (::epoll_ctl(loop->epoll_fd_, EPOLL_CTL_MOD, fd, &event) != 0 &&
+      errno == ENOENT) {
+    ::epoll_ctl(loop->epoll_fd_, EPOLL_CTL_ADD, fd, &event);
+  }
+  return 0;
+}
+
+int HttpClient::Loop::OnTimer(CURLM* /*multi*/, long timeout_ms, void* user) {
+  auto* loop = static_cast<Loop*>(user);
+  loop->curl_deadline_ = timeout_ms < 0
+                             ? absl::InfiniteFuture()
+                             : absl::Now() + absl::Milliseconds(timeout_ms);
+  return 0;
+}
+
+void HttpClient::Loop::Run() {
+  constexpr int kMaxEvents = 256;
+  epoll_event events[kMaxEvents];
+  while (true) {
+    absl::Time wake_at = curl_deadline_;
+    if (!retries_.empty()) wake_at = std::min(wake_at, retries_.front().at);
+    int timeout_ms = -1;
+    if (wake_at != absl::InfiniteFuture()) {
+      const int64_t us = absl::ToInt64Microseconds(wake_at - absl::Now());
+      // Rounded up: waking early would spin.
+      timeout_ms = static_cast<int>(std::clamp<int64_t>((us + 999) / 1000, 0,
+                                                        60 * 1000));
+    }
+    const int n = ::epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
+    int running = 0;
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == wake_fd_) {
+        uint64_t count = 0;
+        (void)!::read(wake_fd_, &count, sizeof(count));
+        continue;
+      }
+      int flags = 0;
+      if (events[i].events & EPOLLIN) flags |= CURL_CSELECT_IN;
+      if (events[i].events & EPOLLOUT) flags |= CURL_CSELECT_OUT;
+      if (events[i].events & (EPOLLERR | EPOLLHUP)) flags |= CURL_CSELECT_ERR;
+      curl_multi_socket_action(multi_, fd, flags, &running);
+    }
+    absl::Time now = absl::Now();
+    if (now >= curl_deadline_) {
+      curl_deadline_ = absl::InfiniteFuture();
+      curl_multi_socket_action(multi_, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+    ReadCompletions(now);
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = stopping_;
+    }
+    if (stopping) {
+      Drain();
+      return;
+    }
+    TakeSubmitted();
+    Admit(now);
+    Publish();
+  }
+}
+
+void HttpClient::Loop::TakeSubmitted() {
+  std::vector<std::unique_ptr<Request>> taken;
+  {
+    absl::MutexLock lock(&mu_);
+    taken.swap(submitted_);
+  }
+  for (std::unique_ptr<Request>& request : taken) {
+    std::deque<std::unique_ptr<Request>>& queue = queues_[request->group];
+    if (queue.empty()) turns_.push_back(request->group);
+    queue.push_back(std::move(request));
+    ++queued_;
+  }
+}
+
+std::unique_ptr<http_internal::Request> HttpClient::Loop::NextQueued(
+    absl::Time now) {
+  const auto later = [](const Retry& a, const Retry& b) { return a.at > b.at; };
+  if (!retries_.empty() && retries_.front().at <= now) {
+    std::pop_heap(retries_.begin(), retries_.end(), later);
+    std::unique_ptr<Request> request = std::move(retries_.back().request);
+    retries_.pop_back();
+    --queued_;
+    return request;
+  }
+  if (turns_.empty()) return nullptr;
+  const std::string group = std::move(turns_.front());
+  turns_.pop_front();
+  auto it = queues_.find(group);
+  std::unique_ptr<Request> request = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) {
+    queues_.erase(it);
+  } else {
+    turns_.push_back(group);
+  }
+  --queued_;
+  return request;
+}
+
+void HttpClient::Loop::Admit(absl::Time now) {
+  while (static_cast<int>(in_flight_.size()) < control_.limit()) {
+    std::unique_ptr<Request> request = NextQueued(now);
+    if (request == nullptr) break;
+    Start(std::move(request), now);
+  }
+}
+
+void HttpClient::Loop::Start(std::unique_ptr<Request> request, absl::Time now) {
+  CURL* curl = nullptr;
+  if (!idle_handles_.empty()) {
+    curl = idle_handles_.back();
+    idle_handles_.pop_back();
+    curl_easy_reset(curl);
+  } else if ((curl = curl_easy_init()) == nullptr) {
+    Complete(std::move(request), absl::InternalError("curl_easy_init failed"));
+    return;
+  }
+  if (absl::Status s = ResetBody(*request); !s.ok()) {
+    idle_handles_.push_back(curl);
+    Complete(std::move(request), std::move(s));
+    return;
+  }
+  auto transfer = std::make_unique<Transfer>();
+  transfer->request = std::move(request);
+  transfer->curl = curl;
+  transfer->attempt.request = transfer->request.get();
+  transfer->started = now;
+  const Request& r = *transfer->request;
+  SetTransferOptions(curl, options_, &transfer->attempt, transfer->error);
+  SetRequestHeaders(curl, r, &transfer->headers);
+  curl_easy_setopt(curl, CURLOPT_PRIVATE, transfer.get());
+  if (absl::StartsWith(r.url, "https://")) {
+    // Wait for a connection that may multiplex (HTTP/2) rather than open
+    // one per request.
+    curl_easy_setopt(curl, CURLOPT_PIPEWAIT, 1L);
+  }
+  if (r.attempts > 0) retries_count_.fetch_add(1, std::memory_order_relaxed);
+  ++transfer->request->attempts;
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  if (const CURLMcode code = curl_multi_add_handle(multi_, curl);
+      code != CURLM_OK) {
+    curl_slist_free_all(transfer->headers.list);
+    idle_handles_.push_back(curl);
+    Complete(std::move(transfer->request),
+             absl::InternalError(absl::StrCat("curl_multi_add_handle: ",
+                                              curl_multi_strerror(code))));
+    return;
+  }
+  in_flight_.insert(transfer.release());
+}
+
+void HttpClient::Loop::ReadCompletions(absl::Time now) {
+  int left = 0;
+  while (CURLMsg* message = curl_multi_info_read(multi_, &left)) {
+    if (message->msg != CURLMSG_DONE) continue;
+    CURL* curl = message->easy_handle;
+    const CURLcode code = message->data.result;
+    char* data = nullptr;
+    curl_easy_getinfo(curl, CURLINFO_PRIVATE, &data);
+    auto* transfer = reinterpret_cast<Transfer*>(data);
+    curl_multi_remove_handle(multi_, curl);
+    in_flight_.erase(transfer);
+    Finish(std::unique_ptr<Transfer>(transfer), code, now);
+  }
+}
+
+void HttpClient::Loop::Finish(std::unique_ptr<Transfer> transfer,
+                              CURLcode code, absl::Time now) {
+  long status = 0;
+  curl_easy_getinfo(transfer->curl, CURLINFO_RESPONSE_CODE, &status);
+  long connects = 0;
+  curl_easy_getinfo(transfer->curl, CURLINFO_NUM_CONNECTS, &connects);
+  connections_.fetch_add(connects, std::memory_order_relaxed);
+  curl_slist_free_all(transfer->headers.list);
+  idle_handles_.push_back(transfer->curl);
+  Request& request = *transfer->request;
+  const Attempt& attempt = transfer->attempt;
+  bytes_.fetch_add(attempt.received, std::memory_order_relaxed);
+  request.headers = attempt.headers;
+  if (attempt.content_length >= 0 && request.kind == Request::Kind::kHead) {
+    request.headers.size = attempt.content_length;
+  }
+  bool retryable = false;
+  absl::Status s = attempt.refused;
+  if (s.ok()) {
+    s = CheckResponse(request, attempt, code, status, transfer->error,
+                      &retryable);
+  }
+  if (s.ok()) s = CheckBody(request, attempt, status, &retryable);
+  const absl::Duration held = now - transfer->started;
+  if (s.ok()) {
+    // Demand was held back if requests wait, or this one's slot was the
+    // last.
+    control_.OnSuccess(held, queued_ > 0 || static_cast<int>(in_flight_.size()) +
+                                                     1 >= control_.limit());
+    const double seconds = absl::ToDoubleSeconds(held);
+    const int bucket = static_cast<int>(
+        std::lower_bound(std::begin(kLatencyBuckets), std::end(kLatencyBuckets),
+                         seconds) -
+        std::begin(kLatencyBuckets));
+    latency_counts_[bucket].fetch_add(1, std::memory_order_relaxed);
+    latency_sum_ns_.fetch_add(absl::ToInt64Nanoseconds(held),
+                              std::memory_order_relaxed);
+    Complete(std::move(transfer->request), absl::OkStatus());
+    return;
+  }
+  if (code == CURLE_OK && (status == 429 || status == 503)) {
+    throttled_.fetch_add(1, std::memory_order_relaxed);
+    // In flight when it was refused: the others, and this one.
+    control_.OnThrottled(now, static_cast<int>(in_flight_.size()) + 1);
+  }
+  if (retryable && request.attempts < options_.max_attempts) {
+    request.last = std::move(s);
+    // Equal jitter: uniformly in the upper half of the back-off.
+    const double half = absl::ToDoubleSeconds(request.backoff) / 2;
+    std::uniform_real_distribution<double> wait(half, 2 * half);
+    Retry retry{now + absl::Seconds(wait(jitter_)),
+                std::move(transfer->request)};
+    retry.request->backoff =
+        std::min(retry.request->backoff * 2, options_.max_backoff);
+    retries_.push_back(std::move(retry));
+    std::push_heap(retries_.begin(), retries_.end(),
+                   [](const Retry& a, const Retry& b) { return a.at > b.at; });
+    ++queued_;
+    return;
+  }
+  if (!retryable) {
+    // A 404 is an answer (e.g. no sidecar index), not a failure.
+    if (!absl::IsNotFound(s)) failures_.fetch_add(1, std::memory_order_relaxed);
+    Complete(std::move(transfer->request),
+             absl::Status(s.code(), absl::StrCat(request.Describe(), ": ",
+                                                 s.message())));
+    return;
+  }
+  failures_.fetch_add(1, std::memory_order_relaxed);
+  Complete(std::move(transfer->request),
+           absl::UnavailableError(absl::StrCat(
+               request.Describe(), ": ", s.message(), " (gave up after ",
+               options_.max_attempts, " attempts)")));
+}
+
+void HttpClient::Loop::Complete(std::unique_ptr<Request> request,
+                                absl::Status status) {
+  if (request->headers_out != nullptr) *request->headers_out = request->headers;
+  HttpDone done = std::move(request->done);
+  request.reset();
+  std::move(done)(std::move(status));
+}
+
+void HttpClient::Loop::Drain() {
+  const absl::Status cancelled =
+      absl::CancelledError("the storage client is shutting down");
+  for (Transfer* raw : in_flight_) {
+    std::unique_ptr<Transfer> transfer(raw);
+    curl_multi_remove_handle(multi_, transfer->curl);
+    curl_slist_free_all(transfer->headers.list);
+    idle_handles_.push_back(transfer->curl);
+    Complete(std::move(transfer->request), cancelled);
+  }
+  in_flight_.clear();
+  for (Retry& retry : retries_) Complete(std::move(retry.request), cancelled);
+  retries_.clear();
+  for (auto& [group, queue] : queues_) {
+    for (std::unique_ptr<Request>& request : queue) {
+      Complete(std::move(request), cancelled);
+    }
+  }
+  queues_.clear();
+  turns_.clear();
+  queued_ = 0;
+  std::vector<std::unique_ptr<Request>> submitted;
+  {
+    absl::MutexLock lock(&mu_);
+    submitted.swap(submitted_);
+  }
+  for (std::unique_ptr<Request>& request : submitted) {
+    Complete(std::move(request), cancelled);
+  }
+  Publish();
+}
+
+void HttpClient::Loop::Publish() {
+  in_flight_count_.store(static_cast<int64_t>(in_flight_.size()),
+                         std::memory_order_relaxed);
+  queued_count_.store(queued_, std::memory_order_relaxed);
+  limit_.store(control_.limit(), std::memory_order_relaxed);
+  latency_ns_.store(absl::ToInt64Nanoseconds(control_.latency()),
+                    std::memory_order_relaxed);
+  throttle_events_.store(control_.throttle_events(), std::memory_order_relaxed);
+}
+
+void HttpClient::Loop::AddStats(HttpStats* out) const {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  out->requests += requests_.load(relaxed);
+  out->retries += retries_count_.load(relaxed);
+  out->failures += failures_.load(relaxed);
+  out->bytes += bytes_.load(relaxed);
+  out->connections += connections_.load(relaxed);
+  out->throttled += throttled_.load(relaxed);
+  out->throttle_events += throttle_events_.load(relaxed);
+  out->in_flight += in_flight_count_.load(relaxed);
+  out->queued += queued_count_.load(relaxed);
+  out->limit += limit_.load(relaxed);
+  out->latency_s += static_cast<double>(latency_ns_.load(relaxed)) * 1e-9;
+  for (int i = 0; i < kLatencyBucketCount; ++i) {
+    out->latency_counts[i] += latency_counts_[i].load(relaxed);
+  }
+  out->latency_sum_s += static_cast<double>(latency_sum_ns_.load(relaxed)) * 1e-9;
+}
+
 absl::StatusOr<std::unique_ptr<HttpClient>> HttpClient::Create(
     const HttpOptions& options) {
-  if (options.max_concurrent_requests < 1) {
-    return absl::InvalidArgumentError("max_concurrent_requests must be >= 1");
+  if (options.event_threads < 1) {
+    return absl::InvalidArgumentError("event_threads must be >= 1");
+  }
+  if (options.max_concurrent_requests < options.event_threads) {
+    return absl::InvalidArgumentError(
+        "max_concurrent_requests must be >= 1 per event thread");
   }
   if (options.max_attempts < 1) {
     return absl::InvalidArgumentError("max_attempts must be >= 1");
+  }
+  const ConcurrencyOptions& c = options.concurrency;
+  if (c.initial < 1 || !(c.increase_per_rtt > 0)) {
+    return absl::InvalidArgumentError(
+        "concurrency: initial must be >= 1 and increase_per_rtt > 0");
   }
   if (!options.ca_file.empty()) {
     struct stat st;
@@ -443,31 +993,52 @@ absl::StatusOr<std::unique_ptr<HttpClient>> HttpClient::Create(
     }
   }
   if (absl::Status s = CurlGlobalInit(); !s.ok()) return s;
-  return std::unique_ptr<HttpClient>(new HttpClient(options));
+  std::unique_ptr<HttpClient> client(new HttpClient(options));
+  for (int i = 0; i < options.event_threads; ++i) {
+    // The ceiling split evenly, the remainder to the first loops.
+    const int share = options.max_concurrent_requests / options.event_threads +
+                      (i < options.max_concurrent_requests % options.event_threads
+                           ? 1
+                           : 0);
+    absl::StatusOr<std::unique_ptr<Loop>> loop = Loop::Create(options, share);
+    if (!loop.ok()) return loop.status();
+    client->loops_.push_back(*std::move(loop));
+  }
+  return client;
 }
 
 HttpClient::HttpClient(const HttpOptions& options) : options_(options) {}
 
 HttpClient::~HttpClient() = default;
 
-bool HttpClient::SlotFree() const {
-  return in_flight_ < options_.max_concurrent_requests;
+void HttpClient::Submit(std::unique_ptr<Request> request) const {
+  request->backoff = options_.initial_backoff;
+  const uint64_t turn = next_loop_.fetch_add(1, std::memory_order_relaxed);
+  loops_[turn % loops_.size()]->Submit(std::move(request));
 }
 
-void HttpClient::GiveHandle(std::unique_ptr<Handle> handle) const {
-  absl::MutexLock lock(&mu_);
-  --in_flight_;
-  if (handle != nullptr) idle_.push_back(std::move(handle));
+absl::Status HttpClient::RunAndWait(std::unique_ptr<Request> request) const {
+  absl::Notification finished;
+  absl::Status result;
+  request->done = [&](absl::Status status) {
+    result = std::move(status);
+    finished.Notify();
+  };
+  Submit(std::move(request));
+  finished.WaitForNotification();
+  return result;
 }
 
 absl::StatusOr<ObjectHeaders> HttpClient::Head(const std::string& url,
                                                const SigV4* sign) const {
-  Request request;
-  request.kind = Request::Kind::kHead;
-  request.url = url;
-  request.sign = sign;
-  if (absl::Status s = Run(request); !s.ok()) return s;
-  return request.headers;
+  ObjectHeaders headers;
+  auto request = std::make_unique<Request>();
+  request->kind = Request::Kind::kHead;
+  request->url = url;
+  request->sign = sign;
+  request->headers_out = &headers;
+  if (absl::Status s = RunAndWait(std::move(request)); !s.ok()) return s;
+  return headers;
 }
 
 absl::StatusOr<std::string> HttpClient::Get(const std::string& url,
@@ -475,138 +1046,71 @@ absl::StatusOr<std::string> HttpClient::Get(const std::string& url,
                                             int64_t max_bytes,
                                             ObjectHeaders* headers) const {
   std::string body;
-  Request request;
-  request.kind = Request::Kind::kGet;
-  request.url = url;
-  request.sign = sign;
-  request.body = &body;
-  request.max_bytes = max_bytes;
-  if (absl::Status s = Run(request); !s.ok()) return s;
-  if (headers != nullptr) *headers = request.headers;
+  auto request = std::make_unique<Request>();
+  request->kind = Request::Kind::kGet;
+  request->url = url;
+  request->sign = sign;
+  request->body = &body;
+  request->max_bytes = max_bytes;
+  request->headers_out = headers;
+  if (absl::Status s = RunAndWait(std::move(request)); !s.ok()) return s;
   return body;
+}
+
+std::unique_ptr<http_internal::Request> HttpClient::RangeRequest(
+    const std::string& url, const SigV4* sign, const Precondition& version,
+    int64_t offset, int64_t size, char* dst) {
+  auto request = std::make_unique<Request>();
+  request->kind = Request::Kind::kRange;
+  request->url = url;
+  request->sign = sign;
+  request->version = version;
+  request->offset = offset;
+  request->size = size;
+  request->dst = dst;
+  return request;
 }
 
 absl::Status HttpClient::GetRange(const std::string& url, const SigV4* sign,
                                   const Precondition& version, int64_t offset,
                                   int64_t size, char* dst) const {
   if (size <= 0) return absl::OkStatus();
-  Request request;
-  request.kind = Request::Kind::kRange;
-  request.url = url;
-  request.sign = sign;
-  request.version = version;
-  request.offset = offset;
-  request.size = size;
-  request.dst = dst;
-  return Run(request);
+  return RunAndWait(RangeRequest(url, sign, version, offset, size, dst));
+}
+
+void HttpClient::StartGetRange(const std::string& url, const SigV4* sign,
+                               const Precondition& version, int64_t offset,
+                               int64_t size, char* dst,
+                               const std::string& group, HttpDone done) const {
+  if (size <= 0) {
+    std::move(done)(absl::OkStatus());
+    return;
+  }
+  std::unique_ptr<Request> request =
+      RangeRequest(url, sign, version, offset, size, dst);
+  request->group = group;
+  request->done = std::move(done);
+  Submit(std::move(request));
 }
 
 absl::Status HttpClient::Download(const std::string& url, const SigV4* sign,
                                   const Precondition& version,
                                   int64_t expected_size, int fd) const {
-  Request request;
-  request.kind = Request::Kind::kDownload;
-  request.url = url;
-  request.sign = sign;
-  request.version = version;
-  request.fd = fd;
-  request.expected_size = expected_size;
-  return Run(request);
+  auto request = std::make_unique<Request>();
+  request->kind = Request::Kind::kDownload;
+  request->url = url;
+  request->sign = sign;
+  request->version = version;
+  request->fd = fd;
+  request->expected_size = expected_size;
+  return RunAndWait(std::move(request));
 }
 
 HttpStats HttpClient::stats() const {
   HttpStats s;
-  s.requests = requests_.load(std::memory_order_relaxed);
-  s.retries = retries_.load(std::memory_order_relaxed);
-  s.failures = failures_.load(std::memory_order_relaxed);
-  s.bytes = bytes_.load(std::memory_order_relaxed);
+  for (const std::unique_ptr<Loop>& loop : loops_) loop->AddStats(&s);
+  if (!loops_.empty()) s.latency_s /= static_cast<double>(loops_.size());
   return s;
-}
-
-absl::Status HttpClient::Run(Request& request) const {
-  thread_local std::minstd_rand jitter(std::random_device{}());
-  absl::Duration backoff = options_.initial_backoff;
-  absl::Status last;
-  for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
-    if (attempt > 1) {
-      retries_.fetch_add(1, std::memory_order_relaxed);
-      const double half = absl::ToDoubleSeconds(backoff) / 2;
-      std::uniform_real_distribution<double> wait(half, 2 * half);
-      absl::SleepFor(absl::Seconds(wait(jitter)));
-      backoff = std::min(backoff * 2, options_.max_backoff);
-    }
-    bool retryable = false;
-    last = RunOnce(request, &retryable);
-    if (last.ok()) return last;
-    if (!retryable) {
-      // A 404 is an answer (e.g. no sidecar index), not a failure.
-      if (!absl::IsNotFound(last)) {
-        failures_.fetch_add(1, std::memory_order_relaxed);
-      }
-      return absl::Status(last.code(),
-                          absl::StrCat(request.Describe(), ": ", last.message()));
-    }
-  }
-  failures_.fetch_add(1, std::memory_order_relaxed);
-  return absl::UnavailableError(absl::StrCat(
-      request.Describe(), ": ", last.message(), " (gave up after ",
-      options_.max_attempts, " attempts)"));
-}
-
-absl::Status HttpClient::RunOnce(Request& request, bool* retryable) const {
-  *retryable = false;
-  // Wait for a request slot, then borrow (or make) a handle.
-  std::unique_ptr<Handle> handle;
-  {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &HttpClient::SlotFree));
-    ++in_flight_;
-    if (!idle_.empty()) {
-      handle = std::move(idle_.back());
-      idle_.pop_back();
-    }
-  }
-  if (handle == nullptr) {
-    CURL* curl = curl_easy_init();
-    if (curl == nullptr) {
-      GiveHandle(nullptr);
-      return absl::InternalError("curl_easy_init failed");
-    }
-    handle = std::make_unique<Handle>(curl);
-  }
-  requests_.fetch_add(1, std::memory_order_relaxed);
-
-  CURL* curl = handle->curl;
-  curl_easy_reset(curl);
-  Attempt attempt;
-  attempt.request = &request;
-  if (absl::Status s = ResetBody(request); !s.ok()) {
-    GiveHandle(std::move(handle));
-    return s;
-  }
-  char error[CURL_ERROR_SIZE] = {0};
-  SetTransferOptions(curl, options_, &attempt, error);
-  RequestHeaders headers;
-  SetRequestHeaders(curl, request, &headers);
-
-  const CURLcode code = curl_easy_perform(curl);
-  long status = 0;
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers.list);
-  GiveHandle(std::move(handle));
-  bytes_.fetch_add(attempt.received, std::memory_order_relaxed);
-  request.headers = attempt.headers;
-  if (attempt.content_length >= 0 && request.kind == Request::Kind::kHead) {
-    request.headers.size = attempt.content_length;
-  }
-
-  if (!attempt.refused.ok()) return attempt.refused;
-  if (absl::Status s =
-          CheckResponse(request, attempt, code, status, error, retryable);
-      !s.ok()) {
-    return s;
-  }
-  return CheckBody(request, attempt, status, retryable);
 }
 
 }  // namespace stoker::storage

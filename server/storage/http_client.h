@@ -5,9 +5,21 @@
 // GETs (listings, sidecar indexes), range GETs into a caller's buffer and
 // whole-object downloads into a file.
 //
-// Connections are reused: every request borrows an easy handle from a pool
-// (each keeps its connections alive), and at most `max_concurrent_requests`
-// requests run at once, server-wide; callers past the limit wait.
+// Event-driven. Requests run on `event_threads` event loops, each a
+// libcurl multi handle driven by epoll (curl_multi_socket_action), so
+// thousands of requests can be in flight from a thread or two; blocking
+// calls hand their request to a loop and wait. Each loop keeps its
+// connections alive in its multi handle's pool and, over https, multiplexes
+// requests on HTTP/2 connections where the store offers it.
+//
+// Concurrency. A loop sends what its callers ask for (the prefetchers size
+// their demand by Little's law), within a limit that grows while requests
+// wait and halves while the store throttles (429, 503), never past
+// `max_concurrent_requests` (split evenly between the loops): see
+// server/storage/concurrency.h. Requests beyond the limit wait in their
+// loop, taken in turns between groups (a stream's job, say), first come
+// first served within a group, so one group's burst does not hold the
+// others' requests back.
 //
 // Retries. A request is retried, with exponential back-off (doubling from
 // `initial_backoff` up to `max_backoff`, each wait drawn uniformly from
@@ -24,7 +36,9 @@
 // method, the URL, the byte range when there is one, the HTTP status or
 // curl's error, and the number of attempts.
 //
-// Thread-safe: all methods may be called from many threads at once.
+// Thread-safe: all methods may be called from many threads at once, but
+// not from a completion callback (it runs on an event loop, which a
+// blocking call would then wait for).
 
 #include <atomic>
 #include <cstdint>
@@ -32,11 +46,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/storage/concurrency.h"
 
 namespace stoker::storage {
 
@@ -56,8 +70,14 @@ struct SigV4 {
 struct HttpOptions {
   // PEM bundle of certificate authorities for https:// (empty: the system's).
   std::string ca_file;
-  // Requests in flight at once, server-wide. >= 1.
-  int max_concurrent_requests = 64;
+  // Most requests in flight at once, server-wide (the ceiling of the
+  // adaptive limit; see the file comment). >= event_threads.
+  int max_concurrent_requests = 4096;
+  // Event loops (threads). One drives thousands of requests; more spread
+  // the per-request CPU (TLS, signing) of very high request rates. >= 1.
+  int event_threads = 1;
+  // How the limit grows and falls; its ceiling is max_concurrent_requests.
+  ConcurrencyOptions concurrency;
   // Attempts per request, the first included. >= 1.
   int max_attempts = 8;
   absl::Duration initial_backoff = absl::Milliseconds(50);
@@ -75,13 +95,39 @@ struct ObjectHeaders {
   std::string last_modified;
 };
 
-// Counters since the client was created.
+// Upper bounds, in seconds, of the latency histogram's buckets (the last
+// bucket, +Inf, is implied).
+inline constexpr double kLatencyBuckets[] = {0.001, 0.002, 0.005, 0.01, 0.02,
+                                             0.05,  0.1,   0.2,   0.5,  1,
+                                             2,     5,     10};
+inline constexpr int kLatencyBucketCount =
+    sizeof(kLatencyBuckets) / sizeof(kLatencyBuckets[0]) + 1;
+
+// Counters since the client was created, and the loops' state now (summed
+// over the loops).
 struct HttpStats {
   int64_t requests = 0;   // attempts made, retries included
   int64_t retries = 0;    // attempts that followed a retryable failure
   int64_t failures = 0;   // requests that failed for good (404s aside)
   int64_t bytes = 0;      // body bytes received
+  int64_t connections = 0;  // connections opened (the rest reused one)
+  int64_t throttled = 0;  // answers 429/503 (each one)
+  int64_t throttle_events = 0;  // times the throttle limit was lowered
+  int64_t in_flight = 0;  // requests on the wire now
+  int64_t queued = 0;     // requests waiting for a slot or a retry
+  int64_t limit = 0;      // the concurrency limit now
+  double latency_s = 0;   // smoothed latency of successes (mean over loops)
+  // Latencies of successful attempts: count per bucket (not cumulative;
+  // bucket i holds those <= kLatencyBuckets[i] and above the one before),
+  // and their sum in seconds.
+  int64_t latency_counts[kLatencyBucketCount] = {};
+  double latency_sum_s = 0;
 };
+
+// Called once when an asynchronous request is done: OK, or the error the
+// blocking call would have returned. Runs on an event loop: it must be
+// quick and must not call the client's blocking methods.
+using HttpDone = absl::AnyInvocable<void(absl::Status) &&>;
 
 // Which version of an object a request must read: sent as If-Match (etag)
 // or, without an etag, If-Unmodified-Since (last_modified). A request for a
@@ -120,6 +166,13 @@ class HttpClient {
                         const Precondition& version, int64_t offset,
                         int64_t size, char* dst) const;
 
+  // GetRange without waiting: `done` gets its result. `dst`, `sign` and
+  // what `version` names must stay valid until then. Requests of one
+  // `group` take turns with other groups' for slots.
+  void StartGetRange(const std::string& url, const SigV4* sign,
+                     const Precondition& version, int64_t offset, int64_t size,
+                     char* dst, const std::string& group, HttpDone done) const;
+
   // GET `url` whole into the open file `fd` (truncated and rewritten on
   // every attempt); the body must be `expected_size` bytes when that is
   // >= 0.
@@ -130,29 +183,25 @@ class HttpClient {
   HttpStats stats() const;
 
  private:
-  struct Handle;
+  class Loop;
   using Request = http_internal::Request;
 
   explicit HttpClient(const HttpOptions& options);
 
-  // Runs `request` with retries; see the file comment.
-  absl::Status Run(Request& request) const;
-  // One attempt; `*retryable` says whether a failure may be retried.
-  absl::Status RunOnce(Request& request, bool* retryable) const;
-  // Whether another request may start.
-  bool SlotFree() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives back a request slot and, if not null, an idle handle.
-  void GiveHandle(std::unique_ptr<Handle> handle) const;
+  // Hands `request` to a loop (in turns).
+  void Submit(std::unique_ptr<Request> request) const;
+  // Submits `request` and waits for it.
+  absl::Status RunAndWait(std::unique_ptr<Request> request) const;
+  // A range GET of bytes [offset, offset + size) into `dst`.
+  static std::unique_ptr<Request> RangeRequest(const std::string& url,
+                                               const SigV4* sign,
+                                               const Precondition& version,
+                                               int64_t offset, int64_t size,
+                                               char* dst);
 
   const HttpOptions options_;
-  mutable absl::Mutex mu_;
-  mutable std::vector<std::unique_ptr<Handle>> idle_ ABSL_GUARDED_BY(mu_);
-  mutable int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-
-  mutable std::atomic<int64_t> requests_{0};
-  mutable std::atomic<int64_t> retries_{0};
-  mutable std::atomic<int64_t> failures_{0};
-  mutable std::atomic<int64_t> bytes_{0};
+  std::vector<std::unique_ptr<Loop>> loops_;
+  mutable std::atomic<uint64_t> next_loop_{0};
 };
 
 // The body of an S3-style XML error (<Code>, <Message>) as "Code: Message",

@@ -297,15 +297,37 @@ absl::StatusOr<Listing> ObjectStore::ListS3(const std::string& pattern,
   return listing;
 }
 
-absl::Status ObjectStore::ReadRange(const ObjectInfo& object, int64_t offset,
-                                    int64_t size, char* dst) const {
+namespace {
+
+absl::Status CheckRange(const ObjectInfo& object, int64_t offset,
+                        int64_t size) {
   if (offset < 0 || size < 0 || offset + size > object.size) {
     return absl::OutOfRangeError(absl::StrCat(
         object.url, ": bytes ", offset, "+", size, " are past its ",
         object.size, " bytes"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ObjectStore::ReadRange(const ObjectInfo& object, int64_t offset,
+                                    int64_t size, char* dst) const {
+  if (absl::Status s = CheckRange(object, offset, size); !s.ok()) return s;
   return http_->GetRange(object.request_url, SignerFor(object), object.version,
                          offset, size, dst);
+}
+
+void ObjectStore::StartReadRange(const ObjectInfo& object, int64_t offset,
+                                 int64_t size, char* dst,
+                                 const std::string& group,
+                                 HttpDone done) const {
+  if (absl::Status s = CheckRange(object, offset, size); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  http_->StartGetRange(object.request_url, SignerFor(object), object.version,
+                       offset, size, dst, group, std::move(done));
 }
 
 absl::StatusOr<std::string> ObjectStore::ReadSmall(const std::string& url,

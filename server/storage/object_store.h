@@ -101,6 +101,13 @@ class ObjectStore {
   absl::Status ReadRange(const ObjectInfo& object, int64_t offset,
                          int64_t size, char* dst) const;
 
+  // ReadRange without waiting: `done` gets its result, on an event loop
+  // (see HttpClient::StartGetRange). `object` and `dst` must stay valid
+  // until then; `group` shares request slots fairly between groups.
+  void StartReadRange(const ObjectInfo& object, int64_t offset, int64_t size,
+                      char* dst, const std::string& group,
+                      HttpDone done) const;
+
   // The whole object at `url` if it exists and is at most `max_bytes`
   // (e.g. a sidecar index); NotFound if the store says 404.
   absl::StatusOr<std::string> ReadSmall(const std::string& url,

@@ -62,11 +62,13 @@ def stop(server):
 
 def storage_stats(log):
     match = re.search(r"object storage: (\d+) requests \((\d+) retries, "
-                      r"(\d+) failed\), (\d+) bytes; prefetched (\d+) ranges, "
-                      r"(\d+) bytes; cache (\d+) hits, (\d+) misses", log)
+                      r"(\d+) failed, (\d+) throttled\) on (\d+) "
+                      r"connections, (\d+) bytes, [\d.]+ ms mean latency; "
+                      r"prefetched (\d+) ranges, (\d+) bytes; cache (\d+) "
+                      r"hits, (\d+) misses", log)
     assert match, log
-    names = ["requests", "retries", "failed", "bytes", "ranges",
-             "range_bytes", "hits", "misses"]
+    names = ["requests", "retries", "failed", "throttled", "connections",
+             "bytes", "ranges", "range_bytes", "hits", "misses"]
     return dict(zip(names, map(int, match.groups())))
 
 

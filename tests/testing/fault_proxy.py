@@ -35,11 +35,20 @@ order the requests arrive, whether it fails (probability --fail_rate) and how
 --delay_ms delays every request (faulted or not) before it is handled, each
 connection on its own thread, so delays overlap.
 
+--throttle_in_flight=K makes the proxy a store that throttles bursts, as S3
+does: a request that arrives while K others are being handled is answered
+at once with "503 Slow Down" (counted as faults["throttle"]; no delay, no
+random draw), while --throttle_file exists (always, if not given). The
+stats then also hold "in_flight" (requests being handled now) and
+"peak_in_flight" (the most at once).
+
 --stats_file is rewritten (write to a temporary file, then rename) when each
 request is decided, before any byte of its response is sent, and again when
 it is done:
   {"requests": N, "forwarded": N, "completed": N, "upstream_errors": N,
-   "faults": {"reset": n, "503": n, "429": n, "truncate": n, "slow": n}}
+   "in_flight": N, "peak_in_flight": N,
+   "faults": {"reset": n, "503": n, "429": n, "truncate": n, "slow": n,
+              "throttle": n}}
 requests counts every request received; forwarded those sent to the upstream
 (normal, slow and truncate); completed those whose whole response reached the
 client (normal and slow); upstream_errors those the upstream failed (answered
@@ -59,6 +68,8 @@ import time
 import urllib.parse
 
 FAULT_KINDS = ("reset", "503", "429", "truncate", "slow")
+# Not drawn at random: the answer to a burst (--throttle_in_flight).
+THROTTLE = "throttle"
 CHUNK = 1 << 20
 MAX_HEAD = 64 << 10
 # Headers that belong to one connection, not to the request or response.
@@ -254,16 +265,32 @@ class State:
         self.upstream = (upstream.hostname, upstream.port or 80)
         self.mu = threading.Lock()
         self.rng = random.Random(args.seed)
+        self.throttle_in_flight = args.throttle_in_flight
+        self.throttle_file = args.throttle_file
         self.stats = {"requests": 0, "forwarded": 0, "completed": 0,
-                      "upstream_errors": 0,
-                      "faults": {k: 0 for k in FAULT_KINDS}}
+                      "upstream_errors": 0, "in_flight": 0,
+                      "peak_in_flight": 0,
+                      "faults": {k: 0 for k in FAULT_KINDS + (THROTTLE,)}}
         self._write_stats_locked()
 
+    def throttling(self):
+        return self.throttle_in_flight > 0 and (
+            not self.throttle_file or os.path.exists(self.throttle_file))
+
     def decide(self):
-        """Returns (fault kind or None, slow sleep in seconds)."""
+        """Returns (fault kind or None, slow sleep in seconds). The request
+        counts as in flight until done() is called."""
         with self.mu:
             self.stats["requests"] += 1
+            in_flight = self.stats["in_flight"]
+            self.stats["in_flight"] = in_flight + 1
+            self.stats["peak_in_flight"] = max(self.stats["peak_in_flight"],
+                                               in_flight + 1)
             fault, sleep_s = None, 0.0
+            if in_flight >= self.throttle_in_flight > 0 and self.throttling():
+                self.stats["faults"][THROTTLE] += 1
+                self._write_stats_locked()
+                return THROTTLE, 0.0
             if self.fail_rate > 0 and self.rng.random() < self.fail_rate:
                 fault = self.rng.choice(self.faults)
                 if fault == "slow":
@@ -273,6 +300,11 @@ class State:
                 self.stats["forwarded"] += 1
             self._write_stats_locked()
             return fault, sleep_s
+
+    def done(self):
+        with self.mu:
+            self.stats["in_flight"] -= 1
+            self._write_stats_locked()
 
     def count(self, key):
         with self.mu:
@@ -364,6 +396,15 @@ class Handler(socketserver.BaseRequestHandler):
             request = Message(reader.read_head())
         except ClosedError:
             return False
+        try:
+            return self._answer(state, client, reader, upstream, scratch,
+                                request)
+        finally:
+            state.done()
+
+    def _answer(self, state, client, reader, upstream, scratch, request):
+        """Answers `request` (forwarded or broken); returns whether the
+        connection stays open."""
         method = request.parts[0].upper()
         version = request.parts[2] if len(request.parts) > 2 else "HTTP/1.0"
         connection = request.tokens("connection")
@@ -371,7 +412,7 @@ class Handler(socketserver.BaseRequestHandler):
                       (version == "HTTP/1.1" or "keep-alive" in connection))
 
         fault, slow_s = state.decide()
-        if state.delay_s > 0:
+        if state.delay_s > 0 and fault != THROTTLE:
             time.sleep(state.delay_s)
 
         if fault == "reset":
@@ -394,7 +435,7 @@ class Handler(socketserver.BaseRequestHandler):
         else:
             body = b""
 
-        if fault == "503":
+        if fault in ("503", THROTTLE):
             client.sendall(error_response(
                 503, "Slow Down", "SlowDown",
                 "Please reduce your request rate.", keep_alive))
@@ -477,6 +518,11 @@ def parse_args(argv):
                              "port=N once listening")
     parser.add_argument("--upstream", required=True,
                         help="http://host:port to forward to")
+    parser.add_argument("--throttle_in_flight", type=int, default=0,
+                        help="Answer 503 SlowDown to a request arriving "
+                        "while this many are being handled (0: never).")
+    parser.add_argument("--throttle_file", default="",
+                        help="Throttle only while this file exists.")
     parser.add_argument("--fail_rate", type=float, default=0.0,
                         help="fraction of requests to break, 0 to 1")
     parser.add_argument("--seed", type=int, default=1,

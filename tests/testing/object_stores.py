@@ -121,7 +121,8 @@ def read_access_log(path):
     Returns a list of dicts: method, target (path and query as sent), path
     (URL-decoded, no query), status (int), bytes (int, body bytes sent), range
     (the Range header as received, or ""), connection (int: the server's
-    serial number of the TCP connection, to check keep-alive)."""
+    serial number of the TCP connection, to check keep-alive), protocol
+    ("HTTP/1.1", "HTTP/2.0")."""
     entries = []
     try:
         with open(path, encoding="latin-1") as f:
@@ -141,6 +142,7 @@ def read_access_log(path):
             "bytes": int(m.group("bytes")) if m.group("bytes").isdigit() else 0,
             "range": "" if m.group("range") == "-" else m.group("range"),
             "connection": int(m.group("conn")),
+            "protocol": m.group("protocol"),
         })
     return entries
 
@@ -241,8 +243,9 @@ class Nginx(_Server):
             delay_location = (
                 "    location / {{ echo_sleep {:.3f}; echo_exec @file; }}\n"
                 "    location @file {{ }}\n".format(self.delay_ms / 1000))
+        # HTTP/2 where a client offers it (ALPN, so over TLS only).
         listen = "listen %s:%d%s;" % (self.host, self.port,
-                                      " ssl" if tls else "")
+                                      " ssl http2" if tls else "")
         ssl_lines = ""
         if tls:
             ssl_lines = (
@@ -255,7 +258,8 @@ class Nginx(_Server):
 pid "{t}/nginx.pid";
 lock_file "{t}/nginx.lock";
 error_log "{self.error_log}" notice;
-events {{ worker_connections 1024; }}
+worker_rlimit_nofile 16384;
+events {{ worker_connections 8192; }}
 http {{
   log_format stoker '$remote_addr "$request" $status $body_bytes_sent '
                     'range="$http_range" conn=$connection';
@@ -455,7 +459,9 @@ class FaultProxy(_Server):
     upstream: "http://host:port", or an object with an endpoint or base_url
     attribute (S3rver, Nginx without https). The other arguments are the
     proxy's flags (see fault_proxy.py): fail_rate in [0, 1], seed, faults (a
-    sequence of FAULT_KINDS), delay_ms added to every request.
+    sequence of FAULT_KINDS), delay_ms added to every request,
+    throttle_in_flight (503 SlowDown to a request arriving while that many
+    are handled) while throttle_file exists (always if None).
 
     Attributes once started: base_url ("http://127.0.0.1:PORT"), port,
     stats_file. stats() returns the proxy's counters.
@@ -464,7 +470,8 @@ class FaultProxy(_Server):
     _name = "fault_proxy"
 
     def __init__(self, upstream, fail_rate=0.0, seed=1, faults=FAULT_KINDS,
-                 delay_ms=0, tmp_dir=None):
+                 delay_ms=0, tmp_dir=None, throttle_in_flight=0,
+                 throttle_file=None):
         super().__init__(tmp_dir)
         for attribute in ("endpoint", "base_url"):
             if getattr(upstream, attribute, None):
@@ -475,6 +482,8 @@ class FaultProxy(_Server):
         self.seed = seed
         self.faults = tuple(faults)
         self.delay_ms = delay_ms
+        self.throttle_in_flight = throttle_in_flight
+        self.throttle_file = throttle_file
         self.base_url = None
         self.port = None
         self.stats_file = None
@@ -493,7 +502,7 @@ class FaultProxy(_Server):
             faults = stats["faults"]
             done = (stats["completed"] + stats["upstream_errors"] +
                     faults["reset"] + faults["503"] + faults["429"] +
-                    faults["truncate"])
+                    faults["truncate"] + faults.get("throttle", 0))
             if done >= min_requests or time.monotonic() > deadline:
                 return stats
             time.sleep(0.01)
@@ -509,6 +518,8 @@ class FaultProxy(_Server):
             "--fail_rate=%r" % float(self.fail_rate), "--seed=%d" % self.seed,
             "--faults=%s" % ",".join(self.faults),
             "--delay_ms=%r" % float(self.delay_ms),
+            "--throttle_in_flight=%d" % self.throttle_in_flight,
+            "--throttle_file=%s" % (self.throttle_file or ""),
             "--stats_file=%s" % self.stats_file,
             "--port_file=%s" % self._port_file(),
         ])

@@ -245,7 +245,8 @@ class Report:
             f"storage bound ({lost}): reading the shards is slower than "
             f"decoding them; use a local cache (--cache_dir), "
             f"shuffle='blocks' for object storage, more requests in flight "
-            f"(--storage_max_requests), or faster storage"))
+            f"(--storage_max_requests, if stoker_storage_concurrency_limit "
+            f"sits at it), or faster storage"))
 
     def text(self) -> str:
         lines = [f"{'rung':<16}{'adds':<40}{'steps/s':>9}{'images/s':>10}"
