@@ -59,8 +59,11 @@ struct PrefetchOptions {
   int64_t max_range = 4 << 20;
   // depth_bytes(): headroom over rate x latency, the least depth, and the
   // depth until both are measured.
+  // The least depth is the fixed depth of earlier versions: deep enough
+  // that neighbouring samples of a dataset of a few thousand share
+  // requests, and to ride out a slow answer.
   double depth_headroom = 2.0;
-  int64_t min_depth = 8 << 20;
+  int64_t min_depth = 64 << 20;
   int64_t initial_depth = 64 << 20;
   // Consumption is measured over windows this long.
   absl::Duration rate_window = absl::Seconds(1);
