@@ -73,6 +73,10 @@ ABSL_FLAG(int, storage_max_requests, 4096,
           "Most requests to object storage in flight at once, server-wide: "
           "the ceiling of the adaptive target (measured latency x the rate "
           "the streams need, lowered while the store throttles).");
+ABSL_FLAG(int, storage_initial_requests, 64,
+          "Requests to object storage allowed in flight before latency and "
+          "rate are measured, and the least the demand-based limit allows "
+          "(for stores known to take large bursts).");
 ABSL_FLAG(int, storage_event_threads, 1,
           "Event-loop threads driving the requests to object storage; one "
           "holds thousands in flight (raise it for tens of thousands of "
@@ -332,6 +336,12 @@ absl::Status ReadStorage(Config* config) {
   config->storage.http.max_attempts = absl::GetFlag(FLAGS_storage_attempts);
   config->storage.http.event_threads =
       absl::GetFlag(FLAGS_storage_event_threads);
+  config->storage.http.concurrency.initial =
+      absl::GetFlag(FLAGS_storage_initial_requests);
+  if (config->storage.http.concurrency.initial < 1) {
+    return absl::InvalidArgumentError(
+        "--storage_initial_requests must be >= 1");
+  }
   if (config->storage.http.max_concurrent_requests < 1 ||
       config->storage.http.max_attempts < 1 ||
       config->storage.http.event_threads < 1) {

@@ -63,20 +63,14 @@ void PrefetchDemand::Consumed(absl::Time now, int64_t span_bytes) {
 }
 
 void PrefetchDemand::Fetched(absl::Time now, absl::Duration took) {
-  constexpr absl::Duration kWindow = absl::Seconds(10);
   absl::MutexLock lock(&mu_);
-  if (now - window_start_ >= kWindow) {
-    previous_min_ = window_min_;
-    window_min_ = absl::InfiniteDuration();
-    window_start_ = now;
-  }
-  window_min_ = std::min(window_min_, took);
+  round_trip_.Add(now, took);
 }
 
 int64_t PrefetchDemand::Depth(const PrefetchOptions& options,
                               int64_t ceiling) const {
   absl::MutexLock lock(&mu_);
-  const absl::Duration round_trip = std::min(window_min_, previous_min_);
+  const absl::Duration round_trip = round_trip_.value();
   if (!consumed_.known() || round_trip == absl::InfiniteDuration()) {
     return std::min(options.initial_depth, ceiling);
   }

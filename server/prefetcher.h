@@ -92,11 +92,8 @@ class PrefetchDemand {
  private:
   mutable absl::Mutex mu_;
   storage::RateMeter consumed_ ABSL_GUARDED_BY(mu_);
-  // The least fetch time of the current window and of the one before.
-  absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::Duration window_min_ ABSL_GUARDED_BY(mu_) = absl::InfiniteDuration();
-  absl::Duration previous_min_ ABSL_GUARDED_BY(mu_) =
-      absl::InfiniteDuration();
+  // The least recent fetch time.
+  storage::WindowedMin round_trip_ ABSL_GUARDED_BY(mu_){absl::Seconds(10)};
 };
 
 // Server-wide counters (shared by every stream's prefetcher).

@@ -1,6 +1,7 @@
 #include "server/storage/concurrency.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace stoker::storage {
 namespace {
@@ -28,12 +29,26 @@ void RateMeter::Add(absl::Time now, double amount) {
   amount_ += amount;
 }
 
+void WindowedMin::Add(absl::Time now, absl::Duration value) {
+  if (now - start_ >= window_) {
+    previous_ = current_;
+    current_ = absl::InfiniteDuration();
+    start_ = now;
+  }
+  current_ = std::min(current_, value);
+}
+
 ConcurrencyControl::ConcurrencyControl(const ConcurrencyOptions& options)
     : options_(options),
       window_(std::clamp(options.initial, 1, options.ceiling)),
-      threshold_(options.ceiling) {}
+      threshold_(options.ceiling),
+      answers_(options.rate_window),
+      round_trip_(options.round_trip_window) {}
 
-void ConcurrencyControl::OnSuccess(absl::Duration latency, bool limited) {
+void ConcurrencyControl::OnSuccess(absl::Time now, absl::Duration latency,
+                                   bool limited) {
+  answers_.Add(now, 1);
+  round_trip_.Add(now, latency);
   latency_ = latency_known_
                  ? kLatencyWeight * latency + (1 - kLatencyWeight) * latency_
                  : latency;
@@ -53,8 +68,20 @@ void ConcurrencyControl::OnThrottled(absl::Time now, int in_flight) {
   next_decrease_ = now + (latency_known_ ? latency_ : kUnknownRoundTrip);
 }
 
+int ConcurrencyControl::demand_cap() const {
+  const absl::Duration round_trip = round_trip_.value();
+  if (!answers_.known() || round_trip == absl::InfiniteDuration()) {
+    return options_.ceiling;
+  }
+  const double wanted = std::ceil(options_.headroom * answers_.rate() *
+                                  absl::ToDoubleSeconds(round_trip));
+  return static_cast<int>(std::clamp<double>(
+      wanted, std::min(options_.initial, options_.ceiling), options_.ceiling));
+}
+
 int ConcurrencyControl::limit() const {
-  return std::clamp(static_cast<int>(window_), 1, options_.ceiling);
+  return std::clamp(std::min(static_cast<int>(window_), demand_cap()), 1,
+                    options_.ceiling);
 }
 
 }  // namespace stoker::storage

@@ -844,8 +844,9 @@ void HttpClient::Loop::Finish(std::unique_ptr<Transfer> transfer,
   if (s.ok()) {
     // Demand was held back if requests wait, or this one's slot was the
     // last.
-    control_.OnSuccess(held, queued_ > 0 || static_cast<int>(in_flight_.size()) +
-                                                     1 >= control_.limit());
+    control_.OnSuccess(now, held,
+                       queued_ > 0 || static_cast<int>(in_flight_.size()) +
+                                              1 >= control_.limit());
     const double seconds = absl::ToDoubleSeconds(held);
     const int bucket = static_cast<int>(
         std::lower_bound(std::begin(kLatencyBuckets), std::end(kLatencyBuckets),

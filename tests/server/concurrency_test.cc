@@ -11,7 +11,8 @@ const absl::Time kStart = absl::FromUnixSeconds(1000);
 // `count` successes of `latency` each.
 void Succeed(ConcurrencyControl& control, int count, absl::Duration latency,
              bool limited) {
-  for (int i = 0; i < count; ++i) control.OnSuccess(latency, limited);
+  // All at one instant: no rate window closes, the demand cap stays off.
+  for (int i = 0; i < count; ++i) control.OnSuccess(kStart, latency, limited);
 }
 
 TEST(RateMeterTest, MeasuresWindowsAndSmoothsThem) {
@@ -103,6 +104,41 @@ TEST(ConcurrencyControlTest, ThrottlingHalvesOncePerRoundTripThenGrowsSlowly) {
   // (A round trip is limit() answers, a little less than the window.)
   EXPECT_GE(control.limit(), 83 + 20 * 7);
   EXPECT_LE(control.limit(), 83 + 20 * 8);
+}
+
+TEST(ConcurrencyControlTest, DemandCapIsHeadroomTimesAnswerRateTimesRoundTrip) {
+  ConcurrencyOptions options;
+  options.initial = 64;
+  ConcurrencyControl control(options);
+  EXPECT_EQ(control.demand_cap(), options.ceiling);  // not measured yet
+  // 2,000 answers a second for 2 s, the least taking 20 ms (others 60 ms:
+  // queued behind a burst), demand always waiting.
+  absl::Time t = kStart;
+  for (int i = 0; i < 4000; ++i) {
+    control.OnSuccess(t, absl::Milliseconds(i % 2 == 0 ? 20 : 60), true);
+    t += absl::Microseconds(500);
+  }
+  // 4 x 2,000/s x 20 ms = 160, though the window has doubled far past it.
+  EXPECT_NEAR(control.demand_cap(), 160, 4);
+  EXPECT_NEAR(control.limit(), 160, 4);
+  // A slow trickle: the cap never goes below the initial limit.
+  for (int i = 0; i < 40; ++i) {
+    t += absl::Milliseconds(100);
+    control.OnSuccess(t, absl::Milliseconds(20), true);
+  }
+  EXPECT_EQ(control.demand_cap(), 64);
+}
+
+TEST(WindowedMinTest, ForgetsValuesOlderThanTwoWindows) {
+  WindowedMin least(absl::Seconds(10));
+  EXPECT_EQ(least.value(), absl::InfiniteDuration());
+  least.Add(kStart, absl::Milliseconds(20));
+  least.Add(kStart + absl::Seconds(5), absl::Milliseconds(50));
+  EXPECT_EQ(least.value(), absl::Milliseconds(20));
+  least.Add(kStart + absl::Seconds(12), absl::Milliseconds(60));
+  EXPECT_EQ(least.value(), absl::Milliseconds(20));  // the window before
+  least.Add(kStart + absl::Seconds(25), absl::Milliseconds(70));
+  EXPECT_EQ(least.value(), absl::Milliseconds(60));
 }
 
 TEST(ConcurrencyControlTest, LimitNeverFallsBelowOne) {
