@@ -32,6 +32,9 @@ PACKAGES=(
   # The documentation site, built with --strict by tools/test.sh, and the
   # type check of the Python package (mypy --strict).
   mkdocs mypy
+  # The wheel (tools/build_wheel.sh bundles libraries with patchelf) and its
+  # test, which installs it into fresh virtual environments.
+  patchelf python3-venv
 )
 
 # Packages that count as installed when their command is there: a nodejs

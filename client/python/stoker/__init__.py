@@ -46,6 +46,9 @@ so `except ValueError` catches bad arguments and `except stoker.StokerError`
 catches everything Stoker raises (KeyboardInterrupt aside).
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from stoker._stoker import (
     CancelledError,
     Checksum,
@@ -60,9 +63,33 @@ from stoker._stoker import (
     UnavailableError,
     set_log_level,
 )
-from stoker.diagnose import diagnose
-from stoker.loader import IMAGENET_MEAN, IMAGENET_STD, Loader
 from stoker.pack import pack
+
+if TYPE_CHECKING:
+    from stoker.diagnose import diagnose
+    from stoker.loader import IMAGENET_MEAN, IMAGENET_STD, Loader
+
+# The names that need torch are imported on first use, so that the `stoker`
+# command (serve, fetch, index, pack) runs where torch is not installed, as
+# on a server host.
+_NEEDS_TORCH = {
+    "IMAGENET_MEAN": "stoker.loader",
+    "IMAGENET_STD": "stoker.loader",
+    "Loader": "stoker.loader",
+    "diagnose": "stoker.diagnose",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _NEEDS_TORCH.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stoker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    # Cached, and set after the import: importing the submodule
+    # stoker.diagnose binds the module to this name first.
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

@@ -457,9 +457,10 @@ def diagnose(loader_kwargs: Mapping[str, Any],
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None,
+         prog: str = "stoker_diagnose") -> int:
     p = argparse.ArgumentParser(
-        prog="stoker_diagnose",
+        prog=prog,
         description="Runs the caching ladder against Stoker servers and "
         "names the input pipeline's bottleneck. A synthetic consumer "
         "(--step_ms per step) stands in for the model.")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, Union, cast
 
 import torch
 
-from stoker import _stoker
+from stoker import _binaries, _stoker
 
 if TYPE_CHECKING:
     # A field's value in a yielded batch: a tensor (image, mask, class) or
@@ -86,17 +86,10 @@ _HOST_BUFFER_CACHE_BYTES = 768 << 20
 
 def _server_binary() -> str:
     """stoker_server beside this package (a wheel's stoker/bin, or the Bazel
-    layout bazel-bin/client/python/stoker -> bazel-bin/server), or "" to let
-    the loader look at $STOKER_SERVER and PATH."""
+    build), or "" to let the loader look at $STOKER_SERVER and PATH."""
     if os.environ.get("STOKER_SERVER"):
         return ""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.join(here, "bin", "stoker_server"),
-                      os.path.join(here, "..", "..", "..", "server",
-                                   "stoker_server")):
-        if os.access(candidate, os.X_OK):
-            return os.path.normpath(candidate)
-    return ""
+    return _binaries.beside_package("stoker_server") or ""
 
 
 def _mixture_args(settings: _stoker.Settings, dataset: object,

@@ -14,30 +14,16 @@ From a shell: python3 -m stoker.pack --input=/data/train --out_dir=...
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
+from stoker import _binaries
 from stoker._stoker import InvalidArgumentError, StokerError
 
 
 def _binary() -> str:
-    """stoker_pack beside this package (a wheel's stoker/bin, or the Bazel
-    layout bazel-bin/client/python/stoker -> bazel-bin/server), then
-    $STOKER_PACK, then PATH."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.environ.get("STOKER_PACK", ""),
-                      os.path.join(here, "bin", "stoker_pack"),
-                      os.path.join(here, "..", "..", "..", "server",
-                                   "stoker_pack")):
-        if candidate and os.access(candidate, os.X_OK):
-            return os.path.normpath(candidate)
-    found = shutil.which("stoker_pack")
-    if found is None:
-        raise StokerError("stoker_pack not found: install it beside the "
-                          "stoker package, put it on PATH or set "
-                          "STOKER_PACK")
-    return found
+    """$STOKER_PACK, stoker_pack beside this package, or PATH."""
+    return _binaries.find("stoker_pack", env="STOKER_PACK")
 
 
 def pack(input: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
