@@ -35,6 +35,9 @@ PACKAGES=(
   # The wheel (tools/build_wheel.sh bundles libraries with patchelf) and its
   # test, which installs it into fresh virtual environments.
   patchelf python3-venv
+  # The server image (deploy/build_image.sh, tests/python/image_test.py):
+  # buildah builds it, mmdebstrap makes its base where no registry answers.
+  buildah mmdebstrap
 )
 
 # Packages that count as installed when their command is there: a nodejs

@@ -8,16 +8,24 @@
 # Last, it builds the documentation site with `mkdocs build --strict` and
 # type-checks the Python package with `mypy --strict`.
 # GPU tests (Bazel tag "gpu") run too with --gpu, on a machine with a GPU.
+# The image test (tag "image") runs where buildah or docker is installed
+# (tools/setup.sh installs buildah).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 
 filters="-gpu"
 if [ "${1:-}" = "--gpu" ]; then filters=""; fi
+# The image test (tag "image") needs buildah or a running docker engine.
+test_filters="$filters"
+if ! command -v buildah >/dev/null && ! docker info >/dev/null 2>&1; then
+  echo "no buildah or docker: skipping the image test (tag image)"
+  test_filters="${filters:+$filters,}-image"
+fi
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-bazel test //... --test_tag_filters="$filters" --build_tag_filters="$filters" \
+bazel test //... --test_tag_filters="$test_filters" --build_tag_filters="$filters" \
   2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
