@@ -28,13 +28,7 @@ for arg in "$@"; do
 done
 
 tools/setup.sh
-include="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
-if [ ! -f "$include/Python.h" ]; then
-  echo "build_wheel.sh: $python has no headers ($include/Python.h is missing;" \
-       "Debian: apt-get install python3-dev)" >&2
-  exit 1
-fi
-include="$(client/python/python_include.sh "$include")"
+include="$(client/python/python_include.sh --python="$python")"
 
 programs=(server/stoker_server server/stoker_index server/stoker_pack
           client/stoker_fetch tools/make_sample_shards)

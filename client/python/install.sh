@@ -30,13 +30,7 @@ for arg in "$@"; do
   esac
 done
 
-include="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
-if [ ! -f "$include/Python.h" ]; then
-  echo "install.sh: $python has no headers ($include/Python.h is missing;" \
-       "Debian: apt-get install python3-dev)" >&2
-  exit 1
-fi
-include="$(client/python/python_include.sh "$include")"
+include="$(client/python/python_include.sh --python="$python")"
 bazel build //client/python:stoker --define=PYTHON_INCLUDE="$include"
 bin="$(bazel info bazel-bin)/client/python"
 

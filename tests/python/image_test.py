@@ -27,10 +27,6 @@ import stoker_testing as st
 
 ROOT = os.path.join(os.environ["TEST_SRCDIR"],
                     os.environ.get("TEST_WORKSPACE", "stoker"))
-PYTHON = "/usr/bin/python3"
-PROGRAMS = ["server/stoker_server", "server/stoker_index",
-            "server/stoker_pack", "client/stoker_fetch",
-            "tools/make_sample_shards"]
 TAG = f"localhost/stoker-image-test:{os.getpid()}"
 BATCH = 8
 SEED = 5
@@ -50,11 +46,7 @@ class ImageTest(unittest.TestCase):
         if os.geteuid() != 0:
             raise unittest.SkipTest("needs root (chroot and mounts)")
         cls.tmp = st.temp_dir("image")
-        args = [PYTHON, os.path.join(ROOT, "tools/wheel.py"),
-                f"--package_dir={ROOT}/client/python/stoker",
-                f"--python={PYTHON}", f"--out_dir={cls.tmp}/dist"]
-        args += [f"--program={ROOT}/{p}" for p in PROGRAMS]
-        wheel = run(*args).strip().splitlines()[-1]
+        wheel = st.build_wheel(os.path.join(cls.tmp, "dist"))
         start = time.monotonic()
         built = subprocess.run(
             [os.path.join(ROOT, "deploy/build_image.sh"), f"--wheel={wheel}",

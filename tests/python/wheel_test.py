@@ -8,9 +8,10 @@ reach.
 - Every ELF installed resolves all its libraries (ldd) inside stoker.libs
   or to the base system (glibc, libstdc++, libgcc_s); RUNPATHs are relative.
 - Without torch (a server host's environment): `stoker version`, `--help`,
-  an unknown command, `stoker samples`, `stoker index`, `stoker serve`; the
-  running server maps no file from outside the environment but the base
-  system's libraries and its data; `stoker diagnose` says torch is missing.
+  an unknown command, `stoker samples`, `stoker index`, `stoker pack`,
+  `stoker serve`; the running server maps no code from outside the
+  environment but the base system's libraries; `stoker diagnose` says
+  torch is missing.
 - With Debian's torch (--system-site-packages): a PyTorch script's
   stoker.Loader streams an epoch from that server whose checksum equals the
   tree's stoker_fetch against the tree's server on the same shards; a
@@ -31,16 +32,8 @@ import zipfile
 import stoker_testing as st
 from stoker.launch import ServerProcess
 
-ROOT = os.path.join(os.environ["TEST_SRCDIR"],
-                    os.environ.get("TEST_WORKSPACE", "stoker"))
 PYTHON = "/usr/bin/python3"
-PROGRAMS = {
-    "stoker_server": "server/stoker_server",
-    "stoker_index": "server/stoker_index",
-    "stoker_pack": "server/stoker_pack",
-    "stoker_fetch": "client/stoker_fetch",
-    "make_sample_shards": "tools/make_sample_shards",
-}
+PROGRAMS = st.WHEEL_PROGRAMS
 # The base system: what a wheel may take from the machine.
 BASE = {"linux-vdso.so.1", "ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6",
         "libdl.so.2", "librt.so.1", "libpthread.so.0", "libresolv.so.2",
@@ -59,15 +52,7 @@ class WheelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = st.temp_dir("wheel")
-        out_dir = os.path.join(cls.tmp, "dist")
-        args = [PYTHON, os.path.join(ROOT, "tools/wheel.py"),
-                f"--package_dir={ROOT}/client/python/stoker",
-                f"--python={PYTHON}", f"--out_dir={out_dir}"]
-        args += [f"--program={ROOT}/{p}" for p in PROGRAMS.values()]
-        result = subprocess.run(args, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise AssertionError(f"wheel.py failed: {result.stderr}")
-        cls.wheel = result.stdout.strip().splitlines()[-1]
+        cls.wheel = st.build_wheel(os.path.join(cls.tmp, "dist"), PYTHON)
         # A folder of its own, away from the runfiles: the commands run
         # here with a minimal environment (no PYTHONPATH, no runfiles).
         cls.work = os.path.join(cls.tmp, "work")
@@ -216,6 +201,12 @@ class WheelTest(unittest.TestCase):
         self.run_in(env, "stoker", "index", *shards)
         for shard in shards:
             self.assertTrue(os.path.exists(shard + ".idx"), shard)
+        packed = os.path.join(self.tmp, "packed")
+        glob = self.run_in(env, "stoker", "pack", f"--input={out_dir}/*.tar",
+                           f"--out_dir={packed}").stdout.split()[-1]
+        self.assertTrue(glob.startswith(packed + "/shard-"), glob)
+        self.assertTrue(os.path.exists(
+            os.path.join(packed, "shard-000000.tar")), os.listdir(packed))
 
     def test_epoch_through_the_installed_wheel(self):
         # The server from the environment without torch, through `stoker
