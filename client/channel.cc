@@ -8,6 +8,12 @@
 #include "grpcpp/security/credentials.h"
 
 namespace stoker::client {
+namespace {
+
+constexpr int kKeepaliveTimeMs = 1000;
+constexpr int kKeepaliveTimeoutMs = 3000;
+
+}  // namespace
 
 grpc::ChannelArguments StokerChannelArguments(int max_message_bytes) {
   grpc::ChannelArguments args;
@@ -22,6 +28,17 @@ grpc::ChannelArguments StokerChannelArguments(int max_message_bytes) {
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A host that vanishes (power, partition) sends no reset: without pings
+  // its streams would sit until the loader's stall timeout (10 s). A ping
+  // every second that goes unanswered for kKeepaliveTimeoutMs fails the
+  // connection and its streams at once, and their batches go elsewhere.
+  // The timeout leaves room for a ping's answer queued behind a full
+  // socket buffer on a slow link (4 MiB at 20 Mbit/s is 1.7 s); servers
+  // allow pings this often (server/server.cc).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   return args;
 }
 

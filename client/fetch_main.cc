@@ -108,6 +108,9 @@ ABSL_FLAG(double, stall_timeout_s, 10,
           "Seconds without data before a server's stream is reissued.");
 ABSL_FLAG(double, unavailable_deadline_s, 30,
           "Seconds with every server failing before giving up.");
+ABSL_FLAG(double, resolve_interval_s, 5,
+          "Seconds between lookups of dns:/// names (servers join and "
+          "leave with their records).");
 ABSL_FLAG(std::string, fields, "",
           "The sample's outputs, e.g. 'image=jpg;png:image, "
           "mask=seg.png:mask, caption=txt:text, label=cls:class' (see "
@@ -295,12 +298,15 @@ absl::StatusOr<LoaderOptions> ReadOptions() {
   }
   const double stall = absl::GetFlag(FLAGS_stall_timeout_s);
   const double deadline = absl::GetFlag(FLAGS_unavailable_deadline_s);
-  if (!(stall > 0) || !(deadline > 0)) {
+  const double resolve = absl::GetFlag(FLAGS_resolve_interval_s);
+  if (!(stall > 0) || !(deadline > 0) || !(resolve > 0)) {
     return absl::InvalidArgumentError(
-        "--stall_timeout_s and --unavailable_deadline_s must be > 0");
+        "--stall_timeout_s, --unavailable_deadline_s and "
+        "--resolve_interval_s must be > 0");
   }
   options.stall_timeout = absl::Seconds(stall);
   options.unavailable_deadline = absl::Seconds(deadline);
+  options.resolve_interval = absl::Seconds(resolve);
   if (absl::GetFlag(FLAGS_epochs) < 1) {
     return absl::InvalidArgumentError("--epochs must be >= 1");
   }

@@ -136,6 +136,13 @@ absl::StatusOr<std::unique_ptr<StokerServer>> StokerServer::Start(
   // (DataServiceOptions::max_batch_bytes) is what bounds sends.
   builder.SetMaxReceiveMessageSize(4 << 20);
   builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
+  // Clients ping every second to notice a host that vanished without a
+  // reset (client/channel.cc); gRPC's default policing would answer pings
+  // that frequent with GOAWAY "too_many_pings".
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             500);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat(

@@ -38,6 +38,9 @@ PACKAGES=(
   # The server image (deploy/build_image.sh, tests/python/image_test.py):
   # buildah builds it, mmdebstrap makes its base where no registry answers.
   buildah mmdebstrap
+  # The cluster in a box (tests/testing/netcluster.py): namespaces, links
+  # and qdiscs (iproute2), the DNS server of the headless-Service tests.
+  iproute2 dnsmasq-base
 )
 
 # Packages that count as installed when their command is there: a nodejs
