@@ -208,6 +208,19 @@ class WheelTest(unittest.TestCase):
         self.assertTrue(os.path.exists(
             os.path.join(packed, "shard-000000.tar")), os.listdir(packed))
 
+        # A program missing from the installation: a clear error, no
+        # traceback.
+        program = os.path.join(site, "stoker", "bin", "make_sample_shards")
+        os.rename(program, program + ".away")
+        try:
+            missing = self.run_in(env, "stoker", "samples", check=False)
+        finally:
+            os.rename(program + ".away", program)
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn("stoker samples: make_sample_shards not found",
+                      missing.stderr)
+        self.assertNotIn("Traceback", missing.stderr)
+
     def test_epoch_through_the_installed_wheel(self):
         # The server from the environment without torch, through `stoker
         # serve` (which becomes stoker_server: the same process).

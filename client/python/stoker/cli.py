@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from stoker import _binaries
+from stoker._stoker import StokerError
 
 # command: (program, what it does). Order is the help's.
 _PROGRAMS = {
@@ -94,7 +95,11 @@ def _run(args: list[str]) -> int:
         print(f"stoker: unknown command {command!r}\n\n{_usage()}",
               file=sys.stderr)
         return 2
-    program = _binaries.find(_PROGRAMS[command][0])
+    try:
+        program = _binaries.find(_PROGRAMS[command][0])
+    except StokerError as e:
+        print(f"stoker {command}: {e}", file=sys.stderr)
+        return 1
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(program, [os.path.basename(program), *rest])
