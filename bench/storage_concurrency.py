@@ -34,25 +34,17 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "testing"))
 import object_stores  # noqa: E402
+from storage_metrics import storage_metrics as scrape  # noqa: E402
 
 TRANSFORM = "RandomResizedCrop(224)|RandomHorizontalFlip()"
 SAMPLE_S = 0.1
 # HTTP/2 streams per connection (libcurl's CURLMOPT_MAX_CONCURRENT_STREAMS
 # default; nginx allows 128).
 H2_STREAMS = 100
-
-
-def scrape(port):
-    url = f"http://127.0.0.1:{port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    return {name: float(value) for name, value in re.findall(
-        r"^(stoker_storage_\w+) (\S+)$", text, re.M)}
 
 
 class Server:

@@ -30,6 +30,7 @@ done
 tools/setup.sh
 include="$(client/python/python_include.sh --python="$python")"
 
+# The programs the package ships (client/python/stoker/_binaries.py PROGRAMS).
 programs=(server/stoker_server server/stoker_index server/stoker_pack
           client/stoker_fetch tools/make_sample_shards)
 targets=(//client/python:stoker)

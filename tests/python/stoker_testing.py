@@ -16,15 +16,6 @@ SHARDS_BIN = os.environ.get("STOKER_SHARDS_BIN", "")
 
 TRANSFORM = "RandomResizedCrop(32)|RandomHorizontalFlip()"
 
-# The programs the wheel ships, as run_python_test.sh names them.
-WHEEL_PROGRAMS = {
-    "stoker_server": "server/stoker_server",
-    "stoker_index": "server/stoker_index",
-    "stoker_pack": "server/stoker_pack",
-    "stoker_fetch": "client/stoker_fetch",
-    "make_sample_shards": "tools/make_sample_shards",
-}
-
 
 def temp_dir(name):
     base = os.environ.get("TEST_TMPDIR") or tempfile.gettempdir()
@@ -54,13 +45,15 @@ def make_shards(name, num_shards=3, samples_per_shard=20, min_side=64,
 
 def build_wheel(out_dir, python="/usr/bin/python3"):
     """Builds the wheel (tools/wheel.py) from the test's runfiles: the
-    package, the WHEEL_PROGRAMS; returns its path."""
+    package and the programs it ships (stoker._binaries.PROGRAMS); returns
+    its path."""
+    from stoker._binaries import PROGRAMS
     root = os.path.join(os.environ["TEST_SRCDIR"],
                         os.environ.get("TEST_WORKSPACE", "stoker"))
     args = [python, os.path.join(root, "tools/wheel.py"),
             f"--package_dir={root}/client/python/stoker",
             f"--python={python}", f"--out_dir={out_dir}"]
-    args += [f"--program={root}/{p}" for p in WHEEL_PROGRAMS.values()]
+    args += [f"--program={root}/{p}" for p in PROGRAMS.values()]
     result = subprocess.run(args, capture_output=True, text=True)
     if result.returncode != 0:
         raise AssertionError(f"wheel.py failed: {result.stderr}")

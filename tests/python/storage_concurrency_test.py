@@ -10,7 +10,6 @@ Run by `bazel test //tests/python:storage_concurrency_test`."""
 
 import collections
 import os
-import re
 import resource
 import signal
 import subprocess
@@ -18,10 +17,10 @@ import sys
 import threading
 import time
 import unittest
-import urllib.request
 
 import object_stores
 import stoker_testing as st
+from storage_metrics import storage_metrics
 
 sys.path.insert(0, os.path.join(
     os.environ["TEST_SRCDIR"], os.environ.get("TEST_WORKSPACE", "stoker"),
@@ -55,11 +54,7 @@ def fetch_keys(server, keys_path, *flags, batch=16, transform=st.TRANSFORM):
 
 def metrics(server):
     """The server's stoker_storage_* values from /metrics."""
-    url = f"http://127.0.0.1:{server.ports['metrics_port']}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    return {name: float(value) for name, value in re.findall(
-        r"^(stoker_storage_\w+) (\S+)$", text, re.M)}
+    return storage_metrics(server.ports["metrics_port"])
 
 
 def threads_of(pid):

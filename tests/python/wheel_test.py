@@ -30,10 +30,10 @@ import unittest
 import zipfile
 
 import stoker_testing as st
+from stoker._binaries import PROGRAMS
 from stoker.launch import ServerProcess
 
 PYTHON = "/usr/bin/python3"
-PROGRAMS = st.WHEEL_PROGRAMS
 # The base system: what a wheel may take from the machine.
 BASE = {"linux-vdso.so.1", "ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6",
         "libdl.so.2", "librt.so.1", "libpthread.so.0", "libresolv.so.2",

@@ -91,21 +91,21 @@ def _alive(pid):
     return True
 
 
-def _cgroup_dirs(tag):
-    found = []
-    for root in (_CGROUP_V1, _CGROUP_V2):
-        if os.path.isdir(root):
-            found += [os.path.join(root, d) for d in os.listdir(root)
-                      if d.startswith(tag + "-")]
-    return found
+def _netns_names():
+    return [line.split()[0] for line in _ip("netns", "list",
+                                             check=False).splitlines()
+            if line.strip()]
+
+
+def _cgroup_paths():
+    return [os.path.join(root, d) for root in (_CGROUP_V1, _CGROUP_V2)
+            if os.path.isdir(root) for d in os.listdir(root)]
 
 
 def cleanup(tag):
     """Removes everything named for `tag` (stk<pid>): processes in its
     namespaces, the namespaces, resolv.conf folders and cgroups."""
-    names = [line.split()[0] for line in _ip("netns", "list",
-                                             check=False).splitlines()
-             if line.startswith(tag + "-")]
+    names = [n for n in _netns_names() if n.startswith(tag + "-")]
     for name in names:
         pids = _ip("netns", "pids", name, check=False).split()
         for pid in pids:
@@ -120,7 +120,9 @@ def cleanup(tag):
             time.sleep(0.02)
         _ip("netns", "del", name, check=False)
         shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
-    for cgroup in _cgroup_dirs(tag):
+    for cgroup in _cgroup_paths():
+        if not os.path.basename(cgroup).startswith(tag + "-"):
+            continue
         try:
             os.rmdir(cgroup)
         except OSError:
@@ -130,16 +132,11 @@ def cleanup(tag):
 def cleanup_stale():
     """Removes the leftovers of owners that are no longer alive."""
     tags = set()
-    for line in _ip("netns", "list", check=False).splitlines():
-        match = _NAME.match(line)
+    for name in _netns_names() + [os.path.basename(p)
+                                  for p in _cgroup_paths()]:
+        match = _NAME.match(name)
         if match:
             tags.add(int(match.group(1)))
-    for root in (_CGROUP_V1, _CGROUP_V2):
-        if os.path.isdir(root):
-            for d in os.listdir(root):
-                match = _NAME.match(d)
-                if match:
-                    tags.add(int(match.group(1)))
     for pid in tags:
         if not _alive(pid):
             cleanup(f"stk{pid}")

@@ -14,9 +14,9 @@ import shutil
 
 from stoker._stoker import StokerError
 
-# Where //client/python:stoker's Bazel build finds each program, relative to
-# bazel-bin.
-_BAZEL_PATHS = {
+# The programs the package ships (a wheel's stoker/bin) and where Bazel
+# builds each, relative to bazel-bin (tools/build_wheel.sh lists the same).
+PROGRAMS = {
     "stoker_server": "server/stoker_server",
     "stoker_index": "server/stoker_index",
     "stoker_pack": "server/stoker_pack",
@@ -31,9 +31,9 @@ def beside_package(name: str) -> str | None:
     """The program shipped with this package (a wheel's stoker/bin, or the
     Bazel build next to it), or None."""
     candidates = [os.path.join(_HERE, "bin", name)]
-    if name in _BAZEL_PATHS:
+    if name in PROGRAMS:
         candidates.append(os.path.join(_HERE, "..", "..", "..",
-                                       _BAZEL_PATHS[name]))
+                                       PROGRAMS[name]))
     for candidate in candidates:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return os.path.normpath(candidate)
