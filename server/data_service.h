@@ -127,6 +127,9 @@ class DataService {
   ServerMetrics* metrics() const { return metrics_.get(); }
   int worker_threads() const { return options_.worker_threads; }
   int64_t memory_limit() const { return budget_->limit(); }
+  // The server-wide budget, for memory held outside the streams (Python op
+  // workers).
+  const std::shared_ptr<MemoryBudget>& budget() const { return budget_; }
 
   // Validates the request and starts producing its batches. Errors:
   // NOT_FOUND (dataset), FAILED_PRECONDITION (fingerprint), INVALID_ARGUMENT

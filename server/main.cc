@@ -36,6 +36,8 @@
 #include "server/file_list.h"
 #include "image/image_probe.h"
 #include "image/ops/plugin.h"
+#include "image/ops/python_op.h"
+#include "server/python_ops/python_workers.h"
 #include "server/metrics_exporter.h"
 #include "server/parent_link.h"
 #include "server/server.h"
@@ -130,6 +132,22 @@ ABSL_FLAG(std::vector<std::string>, plugin, {},
           "PATH.so: load the transform ops of this plugin (see "
           "docs/transforms.md, \"Plugins\") before serving. Repeat the flag "
           "for several plugins.");
+ABSL_FLAG(std::vector<std::string>, python_ops, {},
+          "MODULE: serve the Python transform ops this module lists in "
+          "STOKER_OPS (a module name the --python interpreter can import, "
+          "or a path to a .py file), run in worker processes; repeat for "
+          "several modules. See docs/python_ops.md.");
+ABSL_FLAG(std::string, python, "python3",
+          "The interpreter that runs --python_ops (it needs numpy).");
+ABSL_FLAG(int, python_workers, 0,
+          "Python op worker processes; 0: one per worker thread.");
+ABSL_FLAG(absl::Duration, python_op_timeout, absl::Seconds(10),
+          "A Python op that runs longer than this on one sample has its "
+          "worker killed and replaced; the sample is reported bad.");
+ABSL_FLAG(int64_t, python_op_memory, int64_t{2} << 30,
+          "Address space of each Python op worker in bytes (RLIMIT_AS; 0: "
+          "no limit). An op that needs more fails its sample and its worker "
+          "is replaced.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain: serve TLS (with --tls_key). Re-read every "
           "--tls_refresh_s, so rotated files serve new connections.");
@@ -189,6 +207,7 @@ namespace {
 
 using stoker::server::DataService;
 using stoker::server::DataServiceOptions;
+using stoker::server::PythonWorkers;
 using stoker::server::Dataset;
 using stoker::server::ServerOptions;
 using stoker::server::StokerServer;
@@ -462,6 +481,47 @@ int BadFlag(absl::string_view prefix, const absl::Status& status) {
   return 2;
 }
 
+// Starts the --python_ops workers and registers their ops (null without
+// modules).
+absl::StatusOr<std::shared_ptr<PythonWorkers>> StartPythonOps(
+    const std::vector<std::string>& modules, int worker_threads,
+    std::shared_ptr<stoker::server::MemoryBudget> budget) {
+  if (modules.empty()) return nullptr;
+  stoker::server::PythonWorkersOptions options;
+  options.modules = modules;
+  options.python = absl::GetFlag(FLAGS_python);
+  const int workers = absl::GetFlag(FLAGS_python_workers);
+  if (workers < 0) {
+    return absl::InvalidArgumentError("--python_workers must be >= 0");
+  }
+  options.workers = workers > 0 ? workers : worker_threads;
+  options.op_timeout = absl::GetFlag(FLAGS_python_op_timeout);
+  if (options.op_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--python_op_timeout must be positive");
+  }
+  options.memory_limit_bytes = absl::GetFlag(FLAGS_python_op_memory);
+  if (options.memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError("--python_op_memory must be >= 0");
+  }
+  absl::StatusOr<std::shared_ptr<PythonWorkers>> started =
+      PythonWorkers::Start(options, std::move(budget));
+  if (!started.ok()) return started.status();
+  if (absl::Status s = stoker::image::RegisterPythonOps((*started)->ops(),
+                                                        *started);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--python_ops: ", s.message()));
+  }
+  std::vector<std::string> names;
+  for (const stoker::image::PythonOpSpec& op : (*started)->ops()) {
+    names.push_back(op.usage.empty() ? op.name : op.usage);
+  }
+  spdlog::info("python ops from {} in {} workers ({}): {}",
+               absl::StrJoin(modules, ", "), options.workers, options.python,
+               absl::StrJoin(names, ", "));
+  return started;
+}
+
 // Loads the --plugin libraries (before any request can name their ops;
 // after the signal mask, which threads a plugin starts inherit).
 absl::Status LoadPlugins(const std::vector<std::string>& plugins) {
@@ -626,12 +686,17 @@ int main(int argc, char** argv) {
       "Example: stoker_server --port=50051 --dataset=train='/data/train-*.tar'");
   std::vector<std::string> datasets = ExtractRepeated("dataset", &argc, argv);
   std::vector<std::string> plugins = ExtractRepeated("plugin", &argc, argv);
+  std::vector<std::string> python_ops =
+      ExtractRepeated("python_ops", &argc, argv);
   absl::ParseCommandLine(argc, argv);
   for (const std::string& d : absl::GetFlag(FLAGS_dataset)) {
     datasets.push_back(d);
   }
   for (const std::string& p : absl::GetFlag(FLAGS_plugin)) {
     plugins.push_back(p);
+  }
+  for (const std::string& m : absl::GetFlag(FLAGS_python_ops)) {
+    python_ops.push_back(m);
   }
   if (const std::string cpus = absl::GetFlag(FLAGS_cpus); !cpus.empty()) {
     absl::StatusOr<std::vector<int>> list = stoker::common::ParseCpuList(cpus);
@@ -708,6 +773,10 @@ int main(int argc, char** argv) {
     spdlog::error("{}", service.status().ToString());
     return 1;
   }
+  absl::StatusOr<std::shared_ptr<PythonWorkers>> python_workers =
+      StartPythonOps(python_ops, config->service.worker_threads,
+                     (*service)->budget());
+  if (!python_workers.ok()) return BadFlag("", python_workers.status());
   absl::StatusOr<std::unique_ptr<StokerServer>> server =
       StokerServer::Start(config->server, *std::move(service));
   if (!server.ok()) {
@@ -759,5 +828,13 @@ int main(int argc, char** argv) {
                config->service.max_memory_bytes >> 20);
   ServeUntilStopped(server->get(), signals, config->drain_grace);
   LogStopped(**server, storage.store != nullptr);
+  if (*python_workers != nullptr) {
+    (*python_workers)->Stop();
+    const PythonWorkers::Stats s = (*python_workers)->stats();
+    spdlog::info("python ops: {} calls, {} raised, {} crashed, {} timed out, "
+                 "{} over the memory limit; {} workers started",
+                 s.calls, s.failed, s.crashed, s.timed_out, s.out_of_memory,
+                 s.started);
+  }
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/random.h"
+#include "image/ops/custom_op.h"
 #include "image/ops/op.h"
 #include "image/ops/plan_builder.h"
 #include "image/ops/plugin_api.h"
@@ -91,41 +92,12 @@ class PluginKernel : public CustomKernel {
   void* const state_;
 };
 
-class PluginOp : public Op {
- public:
-  PluginOp(std::shared_ptr<const PluginKernel> kernel,
-           std::vector<std::pair<std::string, ArgValue>> args)
-      : kernel_(std::move(kernel)), args_(std::move(args)) {}
-
-  // The host knows no defaults: every argument given is written.
-  void WriteArgs(ArgWriter& writer) const override {
-    for (const auto& [name, value] : args_) {
-      writer.Value(name, value, /*is_default=*/false);
-    }
-  }
-
-  // The plugin draws when the sample runs, from a copy of this op's
-  // generator as it is now (untouched).
-  void Plan(PlanBuilder& plan, common::CounterRng& rng) const override {
-    plan.Custom(kernel_, rng);
-  }
-
- private:
-  const std::shared_ptr<const PluginKernel> kernel_;
-  // In the order of the op's params.
-  const std::vector<std::pair<std::string, ArgValue>> args_;
-};
-
 absl::StatusOr<std::unique_ptr<const Op>> CreatePluginOp(
     const std::shared_ptr<const PluginOpInfo>& info, const OpArgs& args) {
   // Bind (transform.cc) let through only names from params, so this reads
   // every argument given.
-  std::vector<std::pair<std::string, ArgValue>> given;
-  for (const std::string& param : info->params) {
-    if (const ArgValue* value = args.Find(param)) {
-      given.emplace_back(param, *value);
-    }
-  }
+  std::vector<std::pair<std::string, ArgValue>> given =
+      GivenArgs(info->params, args);
   std::vector<StokerArg> c_args;
   for (const auto& [name, value] : given) {
     StokerArg a{};
@@ -146,7 +118,7 @@ absl::StatusOr<std::unique_ptr<const Op>> CreatePluginOp(
                                " refused the arguments (without a reason)")));
   }
   auto kernel = std::make_shared<const PluginKernel>(info, state);
-  return std::make_unique<const PluginOp>(std::move(kernel), std::move(given));
+  return std::make_unique<const CustomOp>(std::move(kernel), std::move(given));
 }
 
 // Checks one entry of the plugin's op table and copies what the host keeps.

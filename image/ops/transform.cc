@@ -309,7 +309,7 @@ void UnknownOpToProto(const Call& call, v1::TransformStep* step) {
 
 std::string UnknownOpMessage(absl::string_view name) {
   return absl::StrCat("unknown op '", Quote(name),
-                      "' (not built in and no --plugin provides it)");
+                      "' (not built in and no --plugin or --python_ops provides it)");
 }
 
 absl::StatusOr<std::unique_ptr<const Op>> Create(const OpDef& def,
@@ -516,7 +516,8 @@ absl::StatusOr<v1::TransformPipeline> ParseTransform(
         for (const OpDef* d : AllOps()) names.push_back(d->name);
         status = absl::InvalidArgumentError(absl::StrCat(
             "unknown transform '", Quote(call->name),
-            "' (not built in and no --plugin provides it); supported: ",
+            "' (not built in and no --plugin or --python_ops provides it); "
+            "supported: ",
             absl::StrJoin(names, ", ")));
       }
     }

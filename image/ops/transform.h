@@ -75,7 +75,7 @@ std::string FormatTransform(const v1::TransformPipeline& pipeline);
 // Checks a pipeline, e.g. one received on the wire: known ops, valid
 // arguments, at most kMaxTransformSteps steps, and a fixed output size at the
 // end. InvalidArgument naming the step; for an unknown op (unless allowed):
-// "unknown op 'X' (not built in and no --plugin provides it)".
+// "unknown op 'X' (not built in and no --plugin or --python_ops provides it)".
 absl::Status ValidatePipeline(
     const v1::TransformPipeline& pipeline,
     const TransformCheckOptions& options = TransformCheckOptions());

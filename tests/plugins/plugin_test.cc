@@ -506,11 +506,11 @@ TEST(PluginTest, ClientsPassUnknownOpsThroughByName) {
   EXPECT_EQ(server.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(server.message(),
               HasSubstr("unknown op 'ServerSideOp' (not built in and no "
-                        "--plugin provides it)"));
+                        "--plugin or --python_ops provides it)"));
   EXPECT_EQ(Transform::Create(*p).status(), server);
   EXPECT_THAT(ParseTransform(kText).status().message(),
               HasSubstr("unknown transform 'ServerSideOp' (not built in and "
-                        "no --plugin provides it)"));
+                        "no --plugin or --python_ops provides it)"));
 
   // Without a signature, positions cannot be bound.
   absl::Status positional =

@@ -1,0 +1,262 @@
+"""One Python op worker of a Stoker server (server/python_ops/python_workers.h).
+
+The server starts it as `PYTHON -c <this file> MEMORY_LIMIT MODULE...` with
+a SOCK_SEQPACKET socket on descriptor 3 and a shared-memory file (memfd) on
+descriptor 4. It imports the modules (a module name, or a path to a .py
+file), sends the table of their ops, then answers requests one at a time:
+run op K on the image (and mask) in shared memory, in place.
+
+An op module lists its ops in STOKER_OPS: functions, or dicts
+{"fn": f, "name": "Name", "mask": bool, "limits": {param: (lo, hi)},
+"choices": {param: [word, ...]}}. The function is called as
+f(image, rng, **params), or f(image, mask, rng, **params) for a mask op,
+where image is a uint8 (H, W, 3) array, mask a uint8 (H, W, C) array or
+None, rng a numpy.random.Generator seeded by the plan. It returns the new
+image (for a mask op: the pair (image, mask)) with the same shape and
+dtype; it may also change its input in place and return it. Parameters
+are keyword parameters with a default or an annotation of int, float,
+bool, str or tuple (of numbers).
+
+Protocol (little-endian). Hello: b"ok\\n" + table lines, or b"error\\n" +
+the reason. Request: the struct REQUEST, then the arguments as a Python
+dict literal. Answer: u32 code (0 done, 1 the op failed, 2 the op failed
+and this worker should be replaced), then the reason's text.
+"""
+
+import ast
+import inspect
+import mmap
+import os
+import resource
+import socket
+import struct
+import sys
+import traceback
+
+# op, width, height, mask width, mask height, mask channels, image offset,
+# mask offset, region size, 4 words of seed, argument bytes.
+REQUEST = struct.Struct("<IiiiiiQQQQQQQI")
+DONE = struct.pack("<I", 0)
+TYPES = {"int": int, "float": float, "bool": bool, "str": str, "tuple": tuple}
+
+
+class OpError(Exception):
+    """An op table that cannot be served."""
+
+
+def load_module(spec):
+    import importlib
+    import importlib.util
+
+    if spec.endswith(".py") or "/" in spec:
+        name = os.path.splitext(os.path.basename(spec))[0]
+        module_spec = importlib.util.spec_from_file_location(name, spec)
+        if module_spec is None or module_spec.loader is None:
+            raise OpError(f"cannot load {spec}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)
+        return module
+    return importlib.import_module(spec)
+
+
+def type_name(annotation, default, where):
+    if annotation is not inspect.Parameter.empty:
+        name = annotation if isinstance(annotation, str) else getattr(
+            annotation, "__name__", "")
+        name = name.split("[")[0].strip()
+        if name not in TYPES:
+            raise OpError(f"{where}: type {annotation!r} is not one of "
+                          "int, float, bool, str, tuple")
+        return name
+    if default is inspect.Parameter.empty:
+        raise OpError(f"{where}: needs a type annotation or a default")
+    for name in ("bool", "int", "float", "str", "tuple"):
+        if type(default) is TYPES[name]:
+            return name
+    raise OpError(f"{where}: default {default!r} is not an int, float, "
+                  "bool, str or tuple")
+
+
+def literal(value):
+    if isinstance(value, tuple):
+        return ",".join(repr(float(v)) for v in value)
+    return str(value)
+
+
+def describe(entry, module_name):
+    """(name, fn, mask, table lines) of one STOKER_OPS entry."""
+    if callable(entry):
+        entry = {"fn": entry}
+    if not isinstance(entry, dict) or not callable(entry.get("fn")):
+        raise OpError(f"{module_name}: a STOKER_OPS entry is neither a "
+                      "function nor a dict with a function under 'fn'")
+    unknown = set(entry) - {"fn", "name", "mask", "limits", "choices"}
+    if unknown:
+        raise OpError(f"{module_name}: unknown keys {sorted(unknown)}")
+    fn = entry["fn"]
+    name = entry.get("name", fn.__name__)
+    mask = bool(entry.get("mask", False))
+    limits = dict(entry.get("limits", {}))
+    choices = dict(entry.get("choices", {}))
+    params = list(inspect.signature(fn).parameters.values())
+    leading = 3 if mask else 2
+    if len(params) < leading or any(
+            p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            for p in params[:leading]):
+        raise OpError(f"op {name}: takes ({'image, mask, rng' if mask else 'image, rng'}, "
+                      "**params) first")
+    lines = [f"op\t{name}\t{int(mask)}\t{module_name}"]
+    usage = []
+    for p in params[leading:]:
+        where = f"op {name}, parameter {p.name}"
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+            raise OpError(f"{where}: must be a plain keyword parameter")
+        kind = type_name(p.annotation, p.default, where)
+        has_default = p.default is not inspect.Parameter.empty
+        lo, hi = limits.pop(p.name, (None, None))
+        words = choices.pop(p.name, [])
+        lines.append("\t".join([
+            "param", p.name, kind, str(int(has_default)),
+            literal(p.default) if has_default else "",
+            "" if lo is None else repr(float(lo)),
+            "" if hi is None else repr(float(hi)),
+            ",".join(str(w) for w in words)]))
+        usage.append(f"{p.name}={p.default!r}" if has_default else p.name)
+    if limits or choices:
+        raise OpError(f"op {name}: limits or choices for unknown parameters "
+                      f"{sorted(set(limits) | set(choices))}")
+    lines.append(f"usage\t{name}({', '.join(usage)})")
+    return name, fn, mask, lines
+
+
+def last_line(error):
+    text = traceback.format_exception_only(type(error), error)[-1].strip()
+    return text[:400]
+
+
+def die_with_parent():
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except OSError:
+        pass
+    if os.getppid() == 1:
+        os._exit(1)
+
+
+def main():
+    die_with_parent()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3)
+    memfd = 4
+    os.closerange(5, 65536)
+    # Anything the ops print goes to the server's log stream, not its stdout.
+    sys.stdout = sys.stderr
+    limit = int(sys.argv[1])
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        import numpy as np
+        ops = []
+        lines = []
+        for spec in sys.argv[2:]:
+            module = load_module(spec)
+            table = getattr(module, "STOKER_OPS", None)
+            if not isinstance(table, (list, tuple)) or not table:
+                raise OpError(f"{spec} has no STOKER_OPS list")
+            for entry in table:
+                name, fn, mask, op_lines = describe(entry, spec)
+                ops.append((fn, mask))
+                lines.extend(op_lines)
+    except BaseException as error:  # an import may raise anything
+        sock.send(b"error\n" + last_line(error).encode())
+        return
+    sock.send(("ok\n" + "\n".join(lines)).encode())
+
+    bit_generator = np.random.PCG64(0)
+    rng = np.random.Generator(bit_generator)
+    region = None
+    region_size = 0
+    kwargs_cache = {}
+    buffer = bytearray(65536)
+    view = memoryview(buffer)
+    # Bound once: the loop below runs once per sample.
+    recv_into = sock.recv_into
+    send = sock.send
+    unpack_from = REQUEST.unpack_from
+    header = REQUEST.size
+    frombuffer = np.frombuffer
+    uint8 = np.uint8
+    ndarray = np.ndarray
+    while True:
+        n = recv_into(buffer)
+        if n < header:
+            return  # the server closed the socket
+        (op, width, height, mask_width, mask_height, mask_channels,
+         image_offset, mask_offset, size, s0, s1, s2, s3,
+         n_args) = unpack_from(buffer)
+        if size != region_size:
+            region = mmap.mmap(memfd, size)
+            region_size = size
+        args = bytes(view[header:header + n_args])
+        kwargs = kwargs_cache.get(args)
+        if kwargs is None:
+            kwargs = ast.literal_eval(args.decode())
+            if len(kwargs_cache) > 1024:
+                kwargs_cache.clear()
+            kwargs_cache[args] = kwargs
+        bit_generator.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": (s0 << 64) | s1, "inc": (s2 << 64) | s3 | 1},
+            "has_uint32": 0, "uinteger": 0}
+        image = frombuffer(region, uint8, height * width * 3,
+                           image_offset).reshape(height, width, 3)
+        fn, takes_mask = ops[op]
+        try:
+            if takes_mask:
+                mask = None
+                if mask_channels > 0:
+                    mask = frombuffer(
+                        region, uint8, mask_height * mask_width * mask_channels,
+                        mask_offset).reshape(mask_height, mask_width,
+                                             mask_channels)
+                result = fn(image, mask, rng, **kwargs)
+                if not isinstance(result, tuple) or len(result) != 2:
+                    raise TypeError("a mask op returns (image, mask), not "
+                                    f"{type(result).__name__}")
+                put(image, result[0], "image", ndarray, uint8)
+                if mask is not None:
+                    put(mask, result[1], "mask", ndarray, uint8)
+            else:
+                result = fn(image, rng, **kwargs)
+                if result is not image:
+                    put(image, result, "image", ndarray, uint8)
+        except MemoryError as error:
+            send(struct.pack("<I", 2) + last_line(error).encode())
+            return
+        except Exception as error:
+            send(struct.pack("<I", 1) + last_line(error).encode())
+            continue
+        finally:
+            # No view of the region may outlive the request (remapping it
+            # needs none left).
+            image = mask = result = None
+        send(DONE)
+
+
+def put(target, value, what, ndarray, uint8):
+    """Copies an op's result into the shared region (unless it is there)."""
+    if value is target:
+        return
+    if not isinstance(value, ndarray):
+        raise TypeError(f"the op returned {type(value).__name__} as its "
+                        f"{what}, not a numpy array")
+    if value.dtype != uint8 or value.shape != target.shape:
+        raise ValueError(f"the op returned a {what} of {value.dtype} "
+                         f"{value.shape}; expected uint8 {target.shape}")
+    target[...] = value
+
+
+if __name__ == "__main__":
+    main()
