@@ -189,8 +189,10 @@ absl::StatusOr<size_t> FieldPayloadBytes(
   for (const v1::FieldSpec& field : fields) {
     switch (field.role()) {
       case v1::FIELD_ROLE_IMAGE: {
+        // Clients know no plugin or Python ops: the server checks those.
         absl::StatusOr<std::pair<int, int>> size = image::OutputSize(
-            field.transform().steps().empty() ? transform : field.transform());
+            field.transform().steps().empty() ? transform : field.transform(),
+            image::kClientTransformChecks);
         if (!size.ok()) {
           return absl::InvalidArgumentError(
               absl::StrCat("fields: field '", field.name(),

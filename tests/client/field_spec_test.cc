@@ -1,0 +1,33 @@
+// client/field_spec.h: payload sizes of fields whose pipelines name ops
+// the client does not know (a server's plugin or Python ops), which the
+// client passes through as size-preserving.
+
+#include "client/field_spec.h"
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "image/ops/transform.h"
+
+namespace stoker::client {
+namespace {
+
+TEST(FieldSpecTest, PayloadOfPipelinesWithServerSideOps) {
+  absl::StatusOr<std::vector<ParsedField>> fields = ParseFields(
+      "image=jpg:image, mask=seg.png:mask:channels=2, "
+      "view=jpg:image:transform=RandomResizedCrop(8)|ServerOp(p=1)");
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  absl::StatusOr<v1::TransformPipeline> transform = image::ParseTransform(
+      "RandomResizedCrop(16)|CoarseDropout(p=1, fill=0)",
+      image::kClientTransformChecks);
+  ASSERT_TRUE(transform.ok()) << transform.status();
+  absl::StatusOr<size_t> bytes =
+      FieldPayloadBytes(FieldSpecs(*fields), *transform, 4, 0);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  // 4 samples: image 16x16x3, mask 16x16x2, view 8x8x3.
+  EXPECT_EQ(*bytes, 4u * (16 * 16 * 3 + 16 * 16 * 2 + 8 * 8 * 3));
+}
+
+}  // namespace
+}  // namespace stoker::client
