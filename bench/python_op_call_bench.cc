@@ -1,7 +1,9 @@
-// The cost of one Python op call in isolation: PythonWorkers::Run of a
-// do-nothing op on a 224x224 RGB image, from one thread, one worker.
-// Prints wall time and CPU time per call, the server side's and the
-// worker's apart. Not a test:
+// The cost of Python op calls in isolation: PythonWorkers::RunBatch of a
+// do-nothing op on 224x224 RGB images, one sample per request (an op in
+// the middle of a pipeline) and 16 (a chunk of trailing ops,
+// server/batched_tail.h), from one thread, one worker. Prints wall time and
+// CPU time per sample, the server side's and the worker's apart. Not a
+// test:
 //   bazel run -c opt //bench:python_op_call_bench -- --python=/usr/bin/python3
 
 #include <sys/resource.h>
@@ -22,7 +24,7 @@
 #include "server/python_ops/python_workers.h"
 
 ABSL_FLAG(std::string, python, "python3", "Interpreter with numpy.");
-ABSL_FLAG(int, calls, 20000, "Calls to time.");
+ABSL_FLAG(int, calls, 20000, "Samples to time, per request size.");
 ABSL_FLAG(int, side, 224, "Image side in pixels.");
 
 namespace {
@@ -84,33 +86,47 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int side = absl::GetFlag(FLAGS_side);
-  std::vector<uint8_t> pixels(static_cast<size_t>(side) * side * 3, 7);
-  stoker::image::PythonOpCall call;
-  call.op = 0;
-  call.args = "{}";
-  call.image = {pixels.data(), side, side, 3 * side};
-  const auto run = [&](int n) {
-    for (int i = 0; i < n; ++i) {
-      call.seed = {static_cast<uint64_t>(i), 1, 2, 3};
-      if (absl::Status s = (*workers)->Run(call); !s.ok()) {
-        std::fprintf(stderr, "%s\n", s.ToString().c_str());
-        std::exit(1);
+  constexpr int kMost = 16;
+  // Images in separate heap buffers, as batch slots are.
+  std::vector<std::vector<uint8_t>> pixels(
+      kMost, std::vector<uint8_t>(static_cast<size_t>(side) * side * 3, 7));
+  std::vector<stoker::image::PythonOpCall> calls(kMost);
+  for (int i = 0; i < kMost; ++i) {
+    calls[i].op = 0;
+    calls[i].args = "{}";
+    calls[i].image = {pixels[i].data(), side, side, 3 * side};
+  }
+  std::vector<absl::Status> results(kMost);
+  const auto run = [&](int samples, int per_request) {
+    for (int done = 0; done < samples; done += per_request) {
+      for (int i = 0; i < per_request; ++i) {
+        calls[i].seed = {static_cast<uint64_t>(done + i), 1, 2, 3};
+      }
+      (*workers)->RunBatch(absl::MakeConstSpan(calls.data(), per_request),
+                           absl::MakeSpan(results.data(), per_request));
+      for (int i = 0; i < per_request; ++i) {
+        if (!results[i].ok()) {
+          std::fprintf(stderr, "%s\n", results[i].ToString().c_str());
+          std::exit(1);
+        }
       }
     }
   };
-  run(1000);  // warm-up
-  const int calls = absl::GetFlag(FLAGS_calls);
-  const double self0 = SelfCpuSeconds(), child0 = ChildrenCpuSeconds();
-  const absl::Time t0 = absl::Now();
-  run(calls);
-  const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
-  const double self = SelfCpuSeconds() - self0;
-  const double child = ChildrenCpuSeconds() - child0;
-  std::printf("%d calls of Noop on %dx%d: %.1f us wall, CPU %.1f us "
-              "(server side %.1f us, worker %.1f us) per call\n",
-              calls, side, side, 1e6 * wall / calls,
-              1e6 * (self + child) / calls, 1e6 * self / calls,
-              1e6 * child / calls);
+  const int samples = absl::GetFlag(FLAGS_calls);
+  for (const int per_request : {1, kMost}) {
+    run(1024, per_request);  // warm-up
+    const double self0 = SelfCpuSeconds(), child0 = ChildrenCpuSeconds();
+    const absl::Time t0 = absl::Now();
+    run(samples, per_request);
+    const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
+    const double self = SelfCpuSeconds() - self0;
+    const double child = ChildrenCpuSeconds() - child0;
+    std::printf("Noop on %dx%d, %d per request: %.1f us wall, CPU %.1f us "
+                "(server side %.1f us, worker %.1f us) per sample\n",
+                side, side, per_request, 1e6 * wall / samples,
+                1e6 * (self + child) / samples, 1e6 * self / samples,
+                1e6 * child / samples);
+  }
   std::remove(module.c_str());
   return 0;
 }

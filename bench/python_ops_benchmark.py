@@ -11,15 +11,22 @@ function on the same cores, in one run.
 (tools/photo_shards.py makes the photo shards.) Everything runs on the
 first --cores CPUs (this process pins itself; children inherit it).
 
-  0. call      bench/python_op_call_bench: one Python op call of a
-               do-nothing op on a 224x224 image in isolation (one thread,
-               one worker), CPU per call of both sides.
+  0. call      bench/python_op_call_bench: Python op calls of a do-nothing
+               op on 224x224 images in isolation (one thread, one worker),
+               one sample per request and 16, CPU per sample of both
+               sides.
   1. overhead  one server with a do-nothing Python op (`Noop`, a module
                written here) and the example GridMask
                (plugins/python/augment_ops.py); stoker_fetch streams
                --rounds alternating runs of the base pipeline
                RandomResizedCrop(224)|RandomHorizontalFlip() with and
-               without `|Noop()`. CPU per image = the server's and its
+               without `|Noop()` at its end, and of the base pipeline then
+               ColorJitter(brightness=0.2) with and without `Noop()` before
+               the ColorJitter (both run by the servers for chunks of 16
+               samples: server/batched_tail.h), and
+               RandomResizedCrop(224)|Noop()|RandomHorizontalFlip() (one
+               request per sample: a geometric op follows, which then
+               resamples on its own) against the base pipeline. CPU per image = the server's and its
                Python workers' utime+stime (from /proc while they run)
                plus stoker_fetch's, over the images delivered; the
                overhead is the median difference, against the goal of
@@ -46,6 +53,8 @@ import run_benchmark as rb  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE_OPS = os.path.join(ROOT, "plugins/python/augment_ops.py")
 BASE = "RandomResizedCrop(224)|RandomHorizontalFlip()"
+JITTER = "ColorJitter(brightness=0.2)"
+BEFORE_FLIP = "RandomResizedCrop(224)|Noop()|RandomHorizontalFlip()"
 GOAL_OVERHEAD_MS = 0.05
 NOOP_MODULE = '''
 def noop(image, rng):
@@ -152,11 +161,16 @@ def main():
         f"--python_ops={noop}", f"--python_ops={EXAMPLE_OPS}",
         f"--python={args.python}"]
     server = rb.Server(cmd)
-    runs = {"base": [], "noop": [], "grid": []}
+    runs = {name: [] for name in ("base", "noop", "base_mid", "noop_mid",
+                                  "noop_geometry", "grid")}
     try:
         rb.run_fetch(args, bazel_bin, server.port, 0, 1)  # warm-up
         for r in range(args.rounds):
-            for name, transform in [("base", BASE), ("noop", BASE + "|Noop()")]:
+            for name, transform in [
+                    ("base", BASE), ("noop", BASE + "|Noop()"),
+                    ("base_mid", BASE + "|" + JITTER),
+                    ("noop_mid", BASE + "|Noop()|" + JITTER),
+                    ("noop_geometry", BEFORE_FLIP)]:
                 result = timed_fetch(args, bazel_bin, server, transform,
                                      args.epochs)
                 rb.log(f"round {r} {name}: {result}")
@@ -179,27 +193,41 @@ def main():
     print(f"\nPython ops on {len(shards)} photo shards ({images} images), "
           f"{args.cores} cores, batch {args.batch_size}, {args.epochs} "
           f"epochs per run, median of {args.rounds} rounds")
-    print(f"{'pipeline':<44}{'images/s':>10}{'CPU ms/img':>12}"
+    print(f"{'pipeline':<60}{'images/s':>10}{'CPU ms/img':>12}"
           f"{'server':>9}{'client':>9}")
     for name, label in [("base", BASE), ("noop", BASE + "|Noop()"),
+                        ("base_mid", BASE + "|" + JITTER),
+                        ("noop_mid", BASE + "|Noop()|" + JITTER),
+                        ("noop_geometry", BEFORE_FLIP),
                         ("grid", BASE + "|GridMask()")]:
-        print(f"{'Stoker ' + label:<44}{median(name, 'images_per_s'):>10.0f}"
+        print(f"{'Stoker ' + label:<60}{median(name, 'images_per_s'):>10.0f}"
               f"{median(name, 'cpu_ms'):>12.3f}"
               f"{median(name, 'server_ms'):>9.3f}"
               f"{median(name, 'client_ms'):>9.3f}")
     if peer is not None:
-        print(f"{'DataLoader, same transform + grid_mask':<44}"
+        print(f"{'DataLoader: ' + BASE + ' + grid_mask':<60}"
               f"{peer['images_per_s']:>10.0f}"
               f"{1e3 * peer['cpu_per_image']:>12.3f}")
     if call is not None:
-        print(f"\nOne call in isolation: {call}")
-    deltas = [n["cpu_ms"] - b["cpu_ms"]
-              for n, b in zip(runs["noop"], runs["base"])]
-    overhead = statistics.median(deltas)
-    print(f"\nNoop overhead: {overhead:.3f} ms CPU per image (rounds: "
-          f"{', '.join(f'{d:.3f}' for d in deltas)}); goal <= "
-          f"{GOAL_OVERHEAD_MS} ms: "
-          f"{'PASS' if overhead <= GOAL_OVERHEAD_MS else 'MISS'}")
+        print("\nCalls in isolation (bench/python_op_call_bench):")
+        for line in call.splitlines():
+            print("  " + line)
+    for label, noop, base in [
+            ("at the end", "noop", "base"),
+            ("before ColorJitter", "noop_mid", "base_mid"),
+            ("before the flip (per sample, plus the flip's own resample)",
+             "noop_geometry", "base")]:
+        deltas = [n["cpu_ms"] - b["cpu_ms"]
+                  for n, b in zip(runs[noop], runs[base])]
+        server = statistics.median(
+            n["server_ms"] - b["server_ms"]
+            for n, b in zip(runs[noop], runs[base]))
+        overhead = statistics.median(deltas)
+        print(f"Noop overhead {label}: {overhead:.3f} ms CPU per image "
+              f"(rounds: {', '.join(f'{d:.3f}' for d in deltas)}; the "
+              f"server's and its workers' alone {server:.3f}); goal <= "
+              f"{GOAL_OVERHEAD_MS} ms: "
+              f"{'PASS' if overhead <= GOAL_OVERHEAD_MS else 'MISS'}")
     if peer is not None:
         grid = runs["grid"][0]
         print(f"GridMask: Stoker {grid['images_per_s']:.0f} images/s at "

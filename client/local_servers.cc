@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,9 +25,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/child_process.h"
 #include "common/cpu_list.h"
-
-extern char** environ;
 
 namespace stoker::client {
 namespace {
@@ -199,51 +197,32 @@ absl::Status LocalServers::Child::Launch(int listen_port) {
     close(control[1]);
     control[1] = moved;
   }
-  std::vector<std::string> args = {binary};
-  args.insert(args.end(), flags.begin(), flags.end());
-  args.push_back(absl::StrCat("--port=", listen_port));
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, output[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, output[1], 2);
-  posix_spawn_file_actions_adddup2(&actions, control[1], kControlFd);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Its own process group; default signal handling (Python ignores
-  // SIGPIPE, which exec would pass on) and no blocked signals.
-  sigset_t none;
-  sigemptyset(&none);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP}) sigaddset(&defaults, sig);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
-                                      POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-  pid_t child = 0;
-  int rc;
+  common::ChildSpec spec;
+  spec.program = binary;
+  spec.args = {binary};
+  spec.args.insert(spec.args.end(), flags.begin(), flags.end());
+  spec.args.push_back(absl::StrCat("--port=", listen_port));
+  spec.null_stdin = true;
+  spec.descriptors = {{output[1], 1}, {output[1], 2}, {control[1], kControlFd}};
+  absl::Status rc = absl::OkStatus();
   {
     absl::MutexLock lock(&mu);
-    rc = stopping ? ECANCELED
-                  : posix_spawn(&child, binary.c_str(), &actions, &attr,
-                                argv.data(), environ);
-    if (rc == 0) pid = child;
+    if (stopping) {
+      rc = absl::CancelledError(absl::StrCat("cannot start ", binary,
+                                             ": the servers are stopping"));
+    } else if (absl::StatusOr<pid_t> child = common::SpawnChild(spec);
+               child.ok()) {
+      pid = *child;
+    } else {
+      rc = child.status();
+    }
   }
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
   close(control[1]);
   close(output[1]);
-  if (rc != 0) {
+  if (!rc.ok()) {
     close(control[0]);
     close(output[0]);
-    return absl::ErrnoToStatus(rc, absl::StrCat("cannot start ", binary));
+    return rc;
   }
   CloseFd(&control_fd);
   CloseFd(&output_fd);

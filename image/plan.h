@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "common/random.h"
 
 namespace stoker::image {
@@ -142,6 +143,20 @@ class CustomKernel {
   // op).
   virtual absl::Status Apply(common::CounterRng& rng, const ImageView& image,
                              const MaskView* mask) const = 0;
+
+  // Whether the op does better on several samples at once (ApplyBatch): a
+  // Python op makes one round trip to a worker process for all of them.
+  virtual bool batched() const { return false; }
+
+  // Apply on several samples without masks: images[i] drawing from
+  // rngs[i], its status in results[i] (all three the same length).
+  virtual void ApplyBatch(absl::Span<common::CounterRng> rngs,
+                          absl::Span<const ImageView> images,
+                          absl::Span<absl::Status> results) const {
+    for (size_t i = 0; i < images.size(); ++i) {
+      results[i] = Apply(rngs[i], images[i], nullptr);
+    }
+  }
 };
 
 struct CustomStep {

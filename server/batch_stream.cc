@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/random.h"
+#include "server/batched_tail.h"
 
 namespace stoker::server {
 
@@ -123,6 +124,9 @@ struct BatchStream::Pending {
   std::vector<std::vector<int32_t>> classes;
   std::vector<std::vector<std::string>> bytes;
   std::vector<uint8_t> quiet;
+  // Requests without fields: the samples' trailing Python ops, run a chunk
+  // of slots at a time (server/batched_tail.h).
+  std::unique_ptr<BatchedTails> tails;
 };
 
 std::shared_ptr<BatchStream> BatchStream::Start(
@@ -265,6 +269,8 @@ void BatchStream::ScheduleLocked() {
       batch->bytes.assign(setup_.fields->bytes_count,
                           std::vector<std::string>(n));
       batch->quiet.assign(n, 0);
+    } else {
+      batch->tails = std::make_unique<BatchedTails>(n);
     }
     batch->remaining.store(n);
     batch->scheduled_ns = common::SteadyNowNs();
@@ -395,9 +401,10 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
       if (!info.ok()) {
         status = info.status();
       } else {
-        const image::SamplePlan plan = TransformOf(*batch, slot).Plan(
+        image::SamplePlan plan = TransformOf(*batch, slot).Plan(
             info->width, info->height,
             common::SampleKey(setup_.seed, EpochOf(*batch, slot), sample));
+        batch->tails->Take(slot, &plan);
         image::SampleTimings timings;
         uint8_t* dst =
             batch->pixels->data() + sample_bytes_ * slot;
@@ -424,7 +431,21 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
     batch->read_ns.fetch_add(storage_wait_.Take(now),
                              std::memory_order_relaxed);
   }
-  if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+  // With batched tails, the thread that completes a chunk runs the chunk's
+  // tails and settles all its slots.
+  int settled = 1;
+  if (batch->tails != nullptr) {
+    const int chunk = batch->tails->Done(slot);
+    if (chunk < 0) return;
+    batch->transform_ns.fetch_add(
+        batch->tails->Run(chunk, batch->pixels->data(), sample_bytes_,
+                          batch->errors),
+        std::memory_order_relaxed);
+    const auto [first, last] = batch->tails->ChunkSlots(chunk);
+    settled = last - first;
+  }
+  if (batch->remaining.fetch_sub(settled, std::memory_order_acq_rel) ==
+      settled) {
     FinishBatch(batch);
   }
 }

@@ -175,19 +175,42 @@ class PythonKernel : public CustomKernel {
 
   absl::Status Apply(common::CounterRng& rng, const ImageView& image,
                      const MaskView* mask) const override {
+    PythonOpCall call = Call(rng, image);
+    call.mask = mask;
+    return Named(runner_->Run(call));
+  }
+
+  bool batched() const override { return true; }
+
+  void ApplyBatch(absl::Span<common::CounterRng> rngs,
+                  absl::Span<const ImageView> images,
+                  absl::Span<absl::Status> results) const override {
+    std::vector<PythonOpCall> calls;
+    calls.reserve(images.size());
+    for (size_t i = 0; i < images.size(); ++i) {
+      calls.push_back(Call(rngs[i], images[i]));
+    }
+    runner_->RunBatch(calls, results);
+    for (absl::Status& result : results) result = Named(std::move(result));
+  }
+
+ private:
+  // The call for one sample: its seed is the next four words of `rng`.
+  PythonOpCall Call(common::CounterRng& rng, const ImageView& image) const {
     PythonOpCall call;
     call.op = op_;
     call.args = args_;
     for (uint64_t& word : call.seed) word = rng.NextU64();
     call.image = image;
-    call.mask = mask;
-    absl::Status s = runner_->Run(call);
+    return call;
+  }
+
+  absl::Status Named(absl::Status s) const {
     if (s.ok()) return s;
     return absl::DataLossError(
         absl::StrCat("python op ", name_, ": ", s.message()));
   }
 
- private:
   const std::string name_;
   const int op_;
   const std::string args_;

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "image/ops/op.h"
 #include "image/plan.h"
 
@@ -85,15 +86,24 @@ struct PythonOpCall {
   const MaskView* mask = nullptr;
 };
 
-// Runs Python ops; thread-safe (one call per sample, from any worker
-// thread). Implemented by server/python_ops/python_workers.h.
+// Runs Python ops; thread-safe (from any worker thread). Implemented by
+// server/python_ops/python_workers.h.
 class PythonOpRunner {
  public:
   virtual ~PythonOpRunner() = default;
-  // Changes call.image (and *call.mask) in place, or fails the sample with
-  // DataLoss saying why (the op's exception, its worker's crash, timeout
-  // or memory limit).
-  virtual absl::Status Run(const PythonOpCall& call) = 0;
+  // Runs one op, with the same arguments, on several samples (one round
+  // trip to a worker where possible): changes each call's image (and
+  // *mask) in place, or sets its result to DataLoss saying why the sample
+  // failed (the op's exception, its worker's crash, timeout or memory
+  // limit). `results` has one entry per call.
+  virtual void RunBatch(absl::Span<const PythonOpCall> calls,
+                        absl::Span<absl::Status> results) = 0;
+  // RunBatch of one sample.
+  absl::Status Run(const PythonOpCall& call) {
+    absl::Status result;
+    RunBatch(absl::MakeConstSpan(&call, 1), absl::MakeSpan(&result, 1));
+    return result;
+  }
 };
 
 // Adds `specs` to the op registry (all or none; InvalidArgument as

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -23,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/child_process.h"
 #include "server/python_ops/worker_script.h"
 #include "spdlog/spdlog.h"
 
@@ -40,16 +40,24 @@ constexpr size_t kRegionStep = size_t{1} << 20;
 constexpr size_t kMaxKeptRegion = size_t{64} << 20;
 // The worker's private memory is measured again after this many calls.
 constexpr int kMeasureEvery = 64;
+// While a request runs, how often the worker's progress is looked at (for
+// --python_op_timeout per sample).
+constexpr absl::Duration kProgressCheck = absl::Milliseconds(100);
 // How long a worker that closed its socket (it crashed or exits) is given
 // to end by itself, so that its own end is reported rather than our kill.
 constexpr absl::Duration kExitGrace = absl::Seconds(1);
 // Largest table or answer a worker sends.
 constexpr size_t kMaxMessage = size_t{1} << 20;
 
-// The request header of worker.py's REQUEST ("<IiiiiiQQQQQQQI").
+// worker.py's HEADER ("<IIQI") and ENTRY ("<iiiiiQQQQQQ").
 #pragma pack(push, 1)
-struct Request {
+struct RequestHeader {
   uint32_t op;
+  uint32_t samples;
+  uint64_t region_size;
+  uint32_t args_size;
+};
+struct RequestEntry {
   int32_t width;
   int32_t height;
   int32_t mask_width;
@@ -57,12 +65,20 @@ struct Request {
   int32_t mask_channels;
   uint64_t image_offset;
   uint64_t mask_offset;
-  uint64_t region_size;
   uint64_t seed[4];
-  uint32_t args_size;
 };
 #pragma pack(pop)
-static_assert(sizeof(Request) == 4 + 5 * 4 + 3 * 8 + 4 * 8 + 4);
+static_assert(sizeof(RequestHeader) == 20);
+static_assert(sizeof(RequestEntry) == 5 * 4 + 6 * 8);
+
+// worker.py's status area: the count of finished samples at 0, then one
+// kStatusSize entry per sample from kStatusStart (u32 code, u32 length,
+// text). Images start after it.
+constexpr size_t kStatusStart = 64;
+constexpr size_t kStatusSize = 256;
+constexpr size_t kStatusBytes =
+    (kStatusStart + PythonWorkers::kMaxBatch * kStatusSize + 4095) / 4096 *
+    4096;
 
 size_t RoundUp(size_t n, size_t step) { return (n + step - 1) / step * step; }
 
@@ -114,8 +130,8 @@ std::string ReceiveLarge(int fd) {
   return message;
 }
 
-// One answer (a status word and at most a few hundred bytes of reason), in
-// one call; empty when the peer closed or failed or sent more.
+// One answer (a byte), in one call; empty when the peer closed or failed
+// or sent more than 4 KiB.
 std::string ReceiveAnswer(int fd) {
   char buffer[4096];
   iovec io{buffer, sizeof(buffer)};
@@ -195,9 +211,16 @@ absl::StatusOr<std::shared_ptr<PythonWorkers>> PythonWorkers::Start(
   std::shared_ptr<PythonWorkers> pool(
       new PythonWorkers(options, std::move(budget)));
   for (int i = 0; i < options.workers; ++i) {
-    auto worker = std::make_unique<Worker>();
+    // Listed (and idle) before it starts, so that the pool's destructor
+    // ends it whatever happens below.
+    pool->workers_.push_back(std::make_unique<Worker>());
+    Worker& worker = *pool->workers_.back();
+    {
+      absl::MutexLock lock(&pool->mu_);
+      pool->idle_.push_back(&worker);
+    }
     std::string table;
-    if (absl::Status s = pool->Spawn(*worker, &table); !s.ok()) return s;
+    if (absl::Status s = pool->Spawn(worker, &table); !s.ok()) return s;
     if (i == 0) {
       absl::StatusOr<std::vector<image::PythonOpSpec>> ops =
           image::ParsePythonOpTable(table);
@@ -209,10 +232,7 @@ absl::StatusOr<std::shared_ptr<PythonWorkers>> PythonWorkers::Start(
           "two Python workers described different op tables (does an op "
           "module build STOKER_OPS from something that changes?)");
     }
-    pool->workers_.push_back(std::move(worker));
   }
-  absl::MutexLock lock(&pool->mu_);
-  for (const auto& worker : pool->workers_) pool->idle_.push_back(worker.get());
   return pool;
 }
 
@@ -266,48 +286,22 @@ absl::Status PythonWorkers::Spawn(Worker& worker, std::string* table) {
     return absl::FailedPreconditionError(error);
   }
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, theirs, kChildSocket);
-  posix_spawn_file_actions_adddup2(&actions, memfd, kChildRegion);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2}) {
-    sigaddset(&defaults, sig);
-  }
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETPGROUP);
-  std::vector<std::string> args = {
-      options_.python, "-c", kPythonWorkerScript,
-      absl::StrCat(options_.memory_limit_bytes)};
-  args.insert(args.end(), options_.modules.begin(), options_.modules.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env = WorkerEnvironment();
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  const int spawned = posix_spawnp(&pid, options_.python.c_str(), &actions,
-                                   &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (spawned != 0) {
+  common::ChildSpec spec;
+  spec.program = options_.python;
+  spec.search_path = true;
+  spec.args = {options_.python, "-c", kPythonWorkerScript,
+               absl::StrCat(options_.memory_limit_bytes)};
+  spec.args.insert(spec.args.end(), options_.modules.begin(),
+                   options_.modules.end());
+  spec.descriptors = {{theirs, kChildSocket}, {memfd, kChildRegion}};
+  spec.environment = WorkerEnvironment();
+  absl::StatusOr<pid_t> pid = common::SpawnChild(spec);
+  if (!pid.ok()) {
     Kill(worker);
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot start the Python interpreter '", options_.python,
-                     "' (--python): ", std::strerror(spawned)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the Python interpreter (--python): ", pid.status().message()));
   }
-  worker.pid = pid;
+  worker.pid = *pid;
   std::move(close_theirs).Invoke();
   {
     absl::MutexLock lock(&mu_);
@@ -398,7 +392,8 @@ void PythonWorkers::Measure(Worker& worker) {
   worker.charge = std::move(charge);
 }
 
-absl::Status PythonWorkers::Run(const image::PythonOpCall& call) {
+void PythonWorkers::RunBatch(absl::Span<const image::PythonOpCall> calls,
+                             absl::Span<absl::Status> results) {
   Worker* worker = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -407,90 +402,163 @@ absl::Status PythonWorkers::Run(const image::PythonOpCall& call) {
           return self->stopped_ || !self->idle_.empty();
         },
         this));
-    if (stopped_) return absl::DataLossError("the server is stopping");
+    if (stopped_) {
+      for (absl::Status& r : results) {
+        r = absl::DataLossError("the server is stopping");
+      }
+      return;
+    }
     worker = idle_.back();
     idle_.pop_back();
-    ++stats_.calls;
+    stats_.calls += static_cast<int64_t>(calls.size());
   }
   absl::Cleanup give_back = [this, worker] {
     absl::MutexLock lock(&mu_);
     idle_.push_back(worker);
   };
-  if (worker->pid <= 0) {
-    std::string table;
-    if (absl::Status s = Spawn(*worker, &table); !s.ok()) {
-      Kill(*worker);
-      return absl::DataLossError(
-          absl::StrCat("no Python worker: ", s.message()));
+  // Each round settles at least one sample: the rest of a request whose
+  // worker died, hung or ran out of memory go to its replacement.
+  size_t next = 0;
+  while (next < calls.size()) {
+    absl::Status ready = absl::OkStatus();
+    if (worker->pid <= 0) {
+      std::string table;
+      ready = Spawn(*worker, &table);
+      if (ready.ok() && table != table_) {
+        ready = absl::FailedPreconditionError(
+            "a new Python worker described another op table than the "
+            "server started with");
+      }
+      if (!ready.ok()) {
+        Kill(*worker);
+        for (size_t i = next; i < calls.size(); ++i) {
+          results[i] = absl::DataLossError(
+              absl::StrCat("no Python worker: ", ready.message()));
+        }
+        return;
+      }
     }
-    if (table != table_) {
-      Kill(*worker);
-      return absl::DataLossError(
-          "a new Python worker described another op table than the "
-          "server started with");
-    }
+    const size_t count = std::min(calls.size() - next, kMaxBatch);
+    next += Call(*worker, calls.subspan(next, count),
+                 results.subspan(next, count));
   }
-  return Call(*worker, call);
 }
 
-absl::Status PythonWorkers::Call(Worker& worker,
-                                 const image::PythonOpCall& call) {
-  const image::ImageView& image = call.image;
-  const image::MaskView* mask = call.mask;
-  const size_t image_row = static_cast<size_t>(image.width) * 3;
-  const size_t image_bytes = image_row * image.height;
-  const size_t image_offset = PageOffsetFor(image.data);
-  const size_t mask_row =
-      mask != nullptr ? static_cast<size_t>(mask->width) * mask->channels : 0;
-  const size_t mask_bytes = mask != nullptr ? mask_row * mask->height : 0;
-  const size_t mask_offset =
-      RoundUp(image_offset + image_bytes, 4096) +
-      (mask != nullptr ? PageOffsetFor(mask->data) : 0);
-  if (absl::Status s = Reserve(worker, mask_offset + mask_bytes); !s.ok()) {
-    return s;
+size_t PythonWorkers::Call(Worker& worker,
+                           absl::Span<const image::PythonOpCall> calls,
+                           absl::Span<absl::Status> results) {
+  // Where each sample's image and mask go: from their own page, at half a
+  // page from their source modulo 4 KiB (PageOffsetFor).
+  struct Layout {
+    size_t image_row, image_offset, mask_row, mask_offset;
+  };
+  std::vector<Layout> layouts(calls.size());
+  size_t end = kStatusBytes;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const image::PythonOpCall& call = calls[i];
+    Layout& at = layouts[i];
+    at.image_row = static_cast<size_t>(call.image.width) * 3;
+    at.image_offset = end + PageOffsetFor(call.image.data);
+    end = RoundUp(at.image_offset + at.image_row * call.image.height, 4096);
+    if (call.mask != nullptr) {
+      at.mask_row = static_cast<size_t>(call.mask->width) * call.mask->channels;
+      at.mask_offset = end + PageOffsetFor(call.mask->data);
+      end = RoundUp(at.mask_offset + at.mask_row * call.mask->height, 4096);
+    } else {
+      at.mask_row = at.mask_offset = 0;
+    }
   }
-  uint8_t* const image_copy = worker.region + image_offset;
-  uint8_t* const mask_copy = worker.region + mask_offset;
-  CopyRows(image.data, image.stride, image_copy, image_row, image_row,
-           image.height);
-  if (mask != nullptr) {
-    CopyRows(mask->data, mask->stride, mask_copy, mask_row, mask_row,
-             mask->height);
+  if (absl::Status s = Reserve(worker, end); !s.ok()) {
+    results[0] = absl::DataLossError(s.message());
+    return 1;
   }
-  Request request{};
-  request.op = static_cast<uint32_t>(call.op);
-  request.width = image.width;
-  request.height = image.height;
-  if (mask != nullptr) {
-    request.mask_width = mask->width;
-    request.mask_height = mask->height;
-    request.mask_channels = mask->channels;
+  RequestHeader header{};
+  header.op = static_cast<uint32_t>(calls[0].op);
+  header.samples = static_cast<uint32_t>(calls.size());
+  header.region_size = worker.region_size;
+  header.args_size = static_cast<uint32_t>(calls[0].args.size());
+  std::string message(reinterpret_cast<const char*>(&header), sizeof(header));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const image::PythonOpCall& call = calls[i];
+    const Layout& at = layouts[i];
+    CopyRows(call.image.data, call.image.stride,
+             worker.region + at.image_offset, at.image_row, at.image_row,
+             call.image.height);
+    RequestEntry entry{};
+    entry.width = call.image.width;
+    entry.height = call.image.height;
+    entry.image_offset = at.image_offset;
+    if (call.mask != nullptr) {
+      CopyRows(call.mask->data, call.mask->stride,
+               worker.region + at.mask_offset, at.mask_row, at.mask_row,
+               call.mask->height);
+      entry.mask_width = call.mask->width;
+      entry.mask_height = call.mask->height;
+      entry.mask_channels = call.mask->channels;
+      entry.mask_offset = at.mask_offset;
+    }
+    for (int w = 0; w < 4; ++w) entry.seed[w] = call.seed[w];
+    message.append(reinterpret_cast<const char*>(&entry), sizeof(entry));
   }
-  request.image_offset = image_offset;
-  request.mask_offset = mask_offset;
-  request.region_size = worker.region_size;
-  for (int i = 0; i < 4; ++i) request.seed[i] = call.seed[i];
-  request.args_size = static_cast<uint32_t>(call.args.size());
-  std::string message(reinterpret_cast<const char*>(&request), sizeof(request));
-  message.append(call.args.data(), call.args.size());
-
-  // What happened to a worker that is gone or must go.
-  const auto replace = [&](absl::string_view why, int64_t Stats::*counter,
-                           absl::Duration grace = kExitGrace) {
+  message.append(calls[0].args.data(), calls[0].args.size());
+  // Samples the worker has finished (it counts them in the region).
+  const auto finished = [&worker, n = calls.size()] {
+    const uint32_t count = __atomic_load_n(
+        reinterpret_cast<const uint32_t*>(worker.region), __ATOMIC_ACQUIRE);
+    return std::min<size_t>(count, n);
+  };
+  // Finished sample i's status code and reason.
+  const auto status_of = [&](size_t i) {
+    const uint8_t* status = worker.region + kStatusStart + i * kStatusSize;
+    uint32_t code = 0, length = 0;
+    std::memcpy(&code, status, 4);
+    std::memcpy(&length, status + 4, 4);
+    return std::make_pair(
+        code, std::string(reinterpret_cast<const char*>(status + 8),
+                          std::min<size_t>(length, kStatusSize - 8)));
+  };
+  // Sample i's result, its pixels copied back when it is done.
+  const auto settle = [&](size_t i) {
+    auto [code, reason] = status_of(i);
+    if (code != 0) {
+      results[i] = absl::DataLossError(std::move(reason));
+      absl::MutexLock lock(&mu_);
+      ++stats_.failed;
+      return;
+    }
+    const image::PythonOpCall& call = calls[i];
+    const Layout& at = layouts[i];
+    CopyRows(worker.region + at.image_offset, at.image_row, call.image.data,
+             call.image.stride, at.image_row, call.image.height);
+    if (call.mask != nullptr) {
+      CopyRows(worker.region + at.mask_offset, at.mask_row, call.mask->data,
+               call.mask->stride, at.mask_row, call.mask->height);
+    }
+    results[i] = absl::OkStatus();
+  };
+  // Settles the finished samples, fails sample `failed` for `why` (none
+  // when every sample finished) and replaces the worker; returns the
+  // samples settled.
+  const auto replace = [&](size_t failed, absl::string_view why,
+                           int64_t Stats::*counter, absl::Duration grace) {
+    for (size_t i = 0; i < failed; ++i) settle(i);
     const pid_t pid = worker.pid;
     const std::string end = Kill(worker, grace);
+    const std::string reason =
+        absl::StrCat(why, "; worker process ", pid, " ended with ", end,
+                     ", a new one replaces it");
+    spdlog::warn("python op {}: {}",
+                 calls[0].op < static_cast<int>(ops_.size())
+                     ? ops_[calls[0].op].name
+                     : "?",
+                 reason);
+    if (failed == calls.size()) return failed;
     {
       absl::MutexLock lock(&mu_);
       ++(stats_.*counter);
     }
-    const std::string reason =
-        absl::StrCat(why, "; worker process ", pid, " ended with ", end,
-                     ", a new one replaces it");
-    spdlog::warn("python op {}: {}", call.op < static_cast<int>(ops_.size())
-                                         ? ops_[call.op].name
-                                         : "?",
-                 reason);
-    return absl::DataLossError(reason);
+    results[failed] = absl::DataLossError(reason);
+    return failed + 1;
   };
   // The calling thread waits while the worker runs: the worker runs on the
   // caller's CPU, so that the hand-over stays on one core (a wake-up on
@@ -502,40 +570,48 @@ absl::Status PythonWorkers::Call(Worker& worker,
     CPU_SET(cpu, &set);
     if (sched_setaffinity(worker.pid, sizeof(set), &set) == 0) worker.cpu = cpu;
   }
+  __atomic_store_n(reinterpret_cast<uint32_t*>(worker.region), 0u,
+                   __ATOMIC_RELEASE);
   if (send(worker.socket, message.data(), message.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(message.size())) {
-    return replace(Errno("its worker process is gone"), &Stats::crashed);
+    return replace(0, Errno("its worker process is gone"), &Stats::crashed,
+                   kExitGrace);
   }
-  if (!WaitReadable(worker.socket, options_.op_timeout)) {
-    return replace(absl::StrCat("timed out after ",
-                                absl::FormatDuration(options_.op_timeout),
-                                " (--python_op_timeout)"),
-                   &Stats::timed_out, absl::ZeroDuration());
+  // Every sample has op_timeout from the end of the one before it.
+  size_t seen = 0;
+  absl::Time deadline = absl::Now() + options_.op_timeout;
+  while (!WaitReadable(worker.socket,
+                       std::min(deadline - absl::Now(), kProgressCheck))) {
+    if (const size_t now = finished(); now != seen) {
+      seen = now;
+      deadline = absl::Now() + options_.op_timeout;
+    } else if (absl::Now() >= deadline) {
+      return replace(seen,
+                     absl::StrCat("timed out after ",
+                                  absl::FormatDuration(options_.op_timeout),
+                                  " (--python_op_timeout)"),
+                     &Stats::timed_out, absl::ZeroDuration());
+    }
   }
   const std::string answer = ReceiveAnswer(worker.socket);
-  if (answer.size() < 4) {
-    return replace("its worker process died", &Stats::crashed);
+  const size_t done = finished();
+  if (answer == std::string(1, '\2') && done > 0) {
+    // The last finished sample ran out of memory; the worker exits.
+    return replace(done - 1,
+                   absl::StrCat(status_of(done - 1).second,
+                                " (over --python_op_memory)"),
+                   &Stats::out_of_memory, kExitGrace);
   }
-  uint32_t code = 0;
-  std::memcpy(&code, answer.data(), 4);
-  const std::string text = answer.substr(4);
-  if (code == 2) {
-    return replace(absl::StrCat(text, " (over --python_op_memory)"),
-                   &Stats::out_of_memory);
+  if (answer != std::string(1, '\0') || done != calls.size()) {
+    return replace(done, "its worker process died", &Stats::crashed,
+                   kExitGrace);
   }
-  if (code != 0) {
-    absl::MutexLock lock(&mu_);
-    ++stats_.failed;
-    return absl::DataLossError(text);
+  for (size_t i = 0; i < calls.size(); ++i) settle(i);
+  if ((worker.calls_since_measure += static_cast<int>(calls.size())) >=
+      kMeasureEvery) {
+    Measure(worker);
   }
-  CopyRows(image_copy, image_row, image.data, image.stride, image_row,
-           image.height);
-  if (mask != nullptr) {
-    CopyRows(mask_copy, mask_row, mask->data, mask->stride, mask_row,
-             mask->height);
-  }
-  if (++worker.calls_since_measure >= kMeasureEvery) Measure(worker);
-  return absl::OkStatus();
+  return calls.size();
 }
 
 PythonWorkers::Stats PythonWorkers::stats() const {

@@ -8,6 +8,11 @@
 // request at a time over a SOCK_SEQPACKET socket; pixels travel through a
 // shared-memory file (memfd) mapped by both sides, never pickled.
 //
+// A request carries up to kMaxBatch samples of one op (the trailing Python
+// ops of a batch's samples, server/batched_tail.h): one round trip, the
+// worker loops over them, counting finished samples in the region, so a
+// failure is pinned to its sample.
+//
 // Isolation: a sample whose op raises is a bad sample carrying the
 // exception's last line. A worker that crashes (a segfault in a C
 // extension), takes longer than op_timeout or runs out of its address
@@ -36,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "image/ops/python_op.h"
 #include "server/memory_budget.h"
 
@@ -75,9 +81,15 @@ class PythonWorkers : public image::PythonOpRunner {
   // The ops the modules declare, in table order.
   const std::vector<image::PythonOpSpec>& ops() const { return ops_; }
 
-  // Runs one op on one sample (image/ops/python_op.h). Waits for a free
-  // worker. DataLoss saying why the sample failed.
-  absl::Status Run(const image::PythonOpCall& call) override;
+  // Most samples in one request to a worker; RunBatch splits longer runs.
+  static constexpr size_t kMaxBatch = 32;
+
+  // Runs one op on several samples (image/ops/python_op.h) in one worker,
+  // kMaxBatch per request; waits for a free worker. A failing sample gets
+  // DataLoss saying why; when its worker dies, hangs or runs out of memory,
+  // the samples after it go to the worker's replacement.
+  void RunBatch(absl::Span<const image::PythonOpCall> calls,
+                absl::Span<absl::Status> results) override;
 
   // Kills every worker; Run fails from then on. Idempotent.
   void Stop();
@@ -109,8 +121,10 @@ class PythonWorkers : public image::PythonOpRunner {
   absl::Status Reserve(Worker& worker, size_t bytes);
   // Charges `worker`'s memory to the budget anew.
   void Measure(Worker& worker);
-  // One request on a live worker.
-  absl::Status Call(Worker& worker, const image::PythonOpCall& call);
+  // One request (at most kMaxBatch samples) on a live worker; returns how
+  // many samples it settled, from the first (at least one).
+  size_t Call(Worker& worker, absl::Span<const image::PythonOpCall> calls,
+              absl::Span<absl::Status> results);
 
   const PythonWorkersOptions options_;
   const std::shared_ptr<MemoryBudget> budget_;

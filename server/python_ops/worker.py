@@ -18,9 +18,14 @@ are keyword parameters with a default or an annotation of int, float,
 bool, str or tuple (of numbers).
 
 Protocol (little-endian). Hello: b"ok\\n" + table lines, or b"error\\n" +
-the reason. Request: the struct REQUEST, then the arguments as a Python
-dict literal. Answer: u32 code (0 done, 1 the op failed, 2 the op failed
-and this worker should be replaced), then the reason's text.
+the reason. Request: HEADER (op, samples, region size, argument bytes),
+one ENTRY per sample (its image's and mask's sizes and offsets in the
+region, 4 words of seed), then the arguments as a Python dict literal.
+The worker runs the op on each sample in turn, writing the sample's
+status at STATUS + i * STATUS_SIZE (u32 code: 0 done, 1 the op failed,
+2 out of memory; u32 length; the reason's text) and then the number of
+samples finished at offset 0, and answers b"\\0" when all are done. After a
+MemoryError it answers b"\\2" and exits (the server replaces it).
 """
 
 import ast
@@ -33,10 +38,16 @@ import struct
 import sys
 import traceback
 
-# op, width, height, mask width, mask height, mask channels, image offset,
-# mask offset, region size, 4 words of seed, argument bytes.
-REQUEST = struct.Struct("<IiiiiiQQQQQQQI")
-DONE = struct.pack("<I", 0)
+# op, samples, region size, argument bytes.
+HEADER = struct.Struct("<IIQI")
+# width, height, mask width, mask height, mask channels, image offset, mask
+# offset, 4 words of seed.
+ENTRY = struct.Struct("<iiiiiQQQQQQ")
+# The status area at the start of the region: the count of finished
+# samples at 0, then one STATUS_SIZE entry per sample from STATUS.
+STATUS = 64
+STATUS_SIZE = 256
+STATUS_HEAD = struct.Struct("<II")
 TYPES = {"int": int, "float": float, "bool": bool, "str": str, "tuple": tuple}
 
 
@@ -179,70 +190,88 @@ def main():
     region = None
     region_size = 0
     kwargs_cache = {}
-    buffer = bytearray(65536)
+    buffer = bytearray(1 << 16)
     view = memoryview(buffer)
     # Bound once: the loop below runs once per sample.
     recv_into = sock.recv_into
     send = sock.send
-    unpack_from = REQUEST.unpack_from
-    header = REQUEST.size
+    unpack_header = HEADER.unpack_from
+    unpack_entry = ENTRY.unpack_from
+    pack_status = STATUS_HEAD.pack_into
+    pack_count = struct.Struct("<I").pack_into
     frombuffer = np.frombuffer
     uint8 = np.uint8
     ndarray = np.ndarray
     while True:
         n = recv_into(buffer)
-        if n < header:
+        if n < HEADER.size:
             return  # the server closed the socket
-        (op, width, height, mask_width, mask_height, mask_channels,
-         image_offset, mask_offset, size, s0, s1, s2, s3,
-         n_args) = unpack_from(buffer)
+        op, count, size, n_args = unpack_header(buffer)
         if size != region_size:
             region = mmap.mmap(memfd, size)
             region_size = size
-        args = bytes(view[header:header + n_args])
+        start = HEADER.size + count * ENTRY.size
+        args = bytes(view[start:start + n_args])
         kwargs = kwargs_cache.get(args)
         if kwargs is None:
             kwargs = ast.literal_eval(args.decode())
             if len(kwargs_cache) > 1024:
                 kwargs_cache.clear()
             kwargs_cache[args] = kwargs
-        bit_generator.state = {
-            "bit_generator": "PCG64",
-            "state": {"state": (s0 << 64) | s1, "inc": (s2 << 64) | s3 | 1},
-            "has_uint32": 0, "uinteger": 0}
-        image = frombuffer(region, uint8, height * width * 3,
-                           image_offset).reshape(height, width, 3)
         fn, takes_mask = ops[op]
-        try:
-            if takes_mask:
-                mask = None
-                if mask_channels > 0:
-                    mask = frombuffer(
-                        region, uint8, mask_height * mask_width * mask_channels,
-                        mask_offset).reshape(mask_height, mask_width,
-                                             mask_channels)
-                result = fn(image, mask, rng, **kwargs)
-                if not isinstance(result, tuple) or len(result) != 2:
-                    raise TypeError("a mask op returns (image, mask), not "
-                                    f"{type(result).__name__}")
-                put(image, result[0], "image", ndarray, uint8)
-                if mask is not None:
-                    put(mask, result[1], "mask", ndarray, uint8)
+        for i in range(count):
+            (width, height, mask_width, mask_height, mask_channels,
+             image_offset, mask_offset, s0, s1, s2, s3) = unpack_entry(
+                 buffer, HEADER.size + i * ENTRY.size)
+            bit_generator.state = {
+                "bit_generator": "PCG64",
+                "state": {"state": (s0 << 64) | s1,
+                          "inc": (s2 << 64) | s3 | 1},
+                "has_uint32": 0, "uinteger": 0}
+            code = 0
+            try:
+                image = frombuffer(region, uint8, height * width * 3,
+                                   image_offset).reshape(height, width, 3)
+                if takes_mask:
+                    mask = None
+                    if mask_channels > 0:
+                        mask = frombuffer(
+                            region, uint8,
+                            mask_height * mask_width * mask_channels,
+                            mask_offset).reshape(mask_height, mask_width,
+                                                 mask_channels)
+                    result = fn(image, mask, rng, **kwargs)
+                    if not isinstance(result, tuple) or len(result) != 2:
+                        raise TypeError("a mask op returns (image, mask), "
+                                        f"not {type(result).__name__}")
+                    put(image, result[0], "image", ndarray, uint8)
+                    if mask is not None:
+                        put(mask, result[1], "mask", ndarray, uint8)
+                else:
+                    result = fn(image, rng, **kwargs)
+                    if result is not image:
+                        put(image, result, "image", ndarray, uint8)
+            except MemoryError as error:
+                code, text = 2, last_line(error)
+            except Exception as error:
+                code, text = 1, last_line(error)
+            finally:
+                # No view of the region may outlive the sample (remapping
+                # it needs none left).
+                image = mask = result = None
+            at = STATUS + i * STATUS_SIZE
+            if code:
+                reason = text.encode()[:STATUS_SIZE - STATUS_HEAD.size]
+                pack_status(region, at, code, len(reason))
+                region[at + STATUS_HEAD.size:
+                       at + STATUS_HEAD.size + len(reason)] = reason
             else:
-                result = fn(image, rng, **kwargs)
-                if result is not image:
-                    put(image, result, "image", ndarray, uint8)
-        except MemoryError as error:
-            send(struct.pack("<I", 2) + last_line(error).encode())
-            return
-        except Exception as error:
-            send(struct.pack("<I", 1) + last_line(error).encode())
-            continue
-        finally:
-            # No view of the region may outlive the request (remapping it
-            # needs none left).
-            image = mask = result = None
-        send(DONE)
+                pack_status(region, at, 0, 0)
+            pack_count(region, 0, i + 1)
+            if code == 2:
+                send(b"\2")
+                return
+        send(b"\0")
 
 
 def put(target, value, what, ndarray, uint8):

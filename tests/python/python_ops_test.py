@@ -80,9 +80,12 @@ class PythonOpsTest(unittest.TestCase):
                          checksum(fetch(address, CROP)))
 
     def test_same_pixels_on_any_server(self):
-        # Native crop, Python noise, native colour, the example GridMask.
+        # Native crop, Python noise, native colour, the example GridMask,
+        # a native flip (these Python ops run sample by sample), then a
+        # Python op at the end (run for chunks of a batch's samples).
         transform = (f"{CROP}|Noise(amount=30)|ColorJitter(brightness=0.4)"
-                     "|GridMask(d_min=8, d_max=24, p=0.8)|RandomHorizontalFlip()")
+                     "|GridMask(d_min=8, d_max=24, p=0.8)|RandomHorizontalFlip()"
+                     "|Noise(amount=3)")
         one = serve(threads=1)
         four = serve(threads=4)
         try:
@@ -155,6 +158,58 @@ class PythonOpsTest(unittest.TestCase):
         with open(server.log_path) as f:
             log = f.read()
         self.assertRegex(log, r"python op HangSome: timed out")
+
+    def test_mask_ops_change_the_mask_with_the_image(self):
+        # Bright images (a JPEG never decodes to 0 there) with masks of
+        # labels 1..4: the example CoarseDropout zeroes its holes in both.
+        import io
+        import random
+        import tarfile
+
+        import numpy as np
+        import torch
+        from PIL import Image
+
+        import stoker
+
+        folder = st.temp_dir("mask_shards")
+        rng = random.Random(5)
+        with tarfile.open(os.path.join(folder, "masks-0.tar"), "w") as tar:
+            for i in range(24):
+                w, h = rng.randint(50, 90), rng.randint(50, 90)
+                image = Image.frombytes("RGB", (w, h), bytes(
+                    rng.randrange(90, 256) for _ in range(w * h * 3)))
+                mask = Image.frombytes("L", (w, h), bytes(
+                    rng.randrange(1, 5) for _ in range(w * h)))
+                for name, picture, fmt in [("jpg", image, "JPEG"),
+                                           ("seg.png", mask, "PNG")]:
+                    data = io.BytesIO()
+                    picture.save(data, format=fmt)
+                    info = tarfile.TarInfo(f"s{i:03d}.{name}")
+                    info.size = len(data.getvalue())
+                    tar.addfile(info, io.BytesIO(data.getvalue()))
+        server = st.Server(os.path.join(folder, "*.tar"),
+                           flags=[f"--python_ops={EXAMPLE_OPS}",
+                                  "--python=" + sys.executable])
+        try:
+            loader = stoker.Loader(
+                servers=server.address, dataset="train", device="cpu",
+                batch_size=8, dtype=torch.uint8,
+                fields="image=jpg:image, mask=seg.png:mask",
+                transform="RandomResizedCrop(48)|CoarseDropout(p=1, "
+                          "min_size=4, max_size=12, fill=0)")
+            samples = 0
+            for fields in loader:
+                image = fields["image"].numpy()  # N, 3, H, W
+                mask = fields["mask"].numpy()    # N, H, W
+                for n in range(image.shape[0]):
+                    holes = np.all(image[n] == 0, axis=0)
+                    self.assertGreater(holes.sum(), 0)
+                    np.testing.assert_array_equal(holes, mask[n] == 0)
+                    samples += 1
+            self.assertEqual(samples, 24)
+        finally:
+            server.kill()
 
     def test_unknown_ops_and_bad_arguments_are_invalid_argument(self):
         for transform, message in [

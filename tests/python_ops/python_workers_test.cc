@@ -6,6 +6,9 @@
 
 #include "server/python_ops/python_workers.h"
 
+#include <sys/wait.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -277,6 +280,67 @@ TEST_F(PythonWorkersTest, CrashHangAndMemoryReplaceTheWorker) {
   EXPECT_GT(budget_->stats().used, 0);
 }
 
+// A request of many samples gives each sample what it gets alone: the same
+// pixels, the same failures, whichever samples raise, crash the worker,
+// hang or run out of memory (the rest of the request then goes to a new
+// worker).
+TEST_F(PythonWorkersTest, BatchesGiveEachSampleWhatItGetsAlone) {
+  PythonWorkersOptions options = Options();
+  options.op_timeout = absl::Seconds(1);
+  auto workers = Start(options);
+  ASSERT_NE(workers, nullptr);
+  struct Case {
+    const char* op;
+    const char* args;
+    int samples;
+  };
+  for (const Case& c : {Case{"Noise", "{}", 40},  // more than kMaxBatch
+                        Case{"RaiseSome", "{'p': 0.4}", 12},
+                        Case{"SegfaultSome", "{'p': 0.3}", 12},
+                        Case{"HangSome", "{'p': 0.15}", 12},
+                        Case{"HogSome", "{'p': 0.3}", 12}}) {
+    SCOPED_TRACE(c.op);
+    std::vector<TestImage> batch, alone;
+    std::vector<PythonOpCall> calls;
+    for (int i = 0; i < c.samples; ++i) {
+      batch.emplace_back(20 + i, 10, /*pad=*/i % 3);
+      alone.emplace_back(20 + i, 10, /*pad=*/i % 3);
+    }
+    for (int i = 0; i < c.samples; ++i) {
+      PythonOpCall call;
+      call.op = OpIndex(*workers, c.op);
+      call.args = c.args;
+      const uint64_t seed = 500 + i;
+      call.seed = {seed, seed * 3, seed * 5, seed * 7};
+      call.image = batch[i].view();
+      calls.push_back(call);
+    }
+    std::vector<absl::Status> results(c.samples);
+    workers->RunBatch(calls, absl::MakeSpan(results));
+    int failed = 0;
+    for (int i = 0; i < c.samples; ++i) {
+      const absl::Status single =
+          Run(*workers, c.op, alone[i], c.args, 500 + i);
+      EXPECT_EQ(results[i].code(), single.code()) << i;
+      // Up to the worker's pid.
+      EXPECT_EQ(results[i].message().substr(0, 30),
+                single.message().substr(0, 30))
+          << i;
+      if (results[i].ok()) {
+        EXPECT_EQ(batch[i].bytes, alone[i].bytes) << i;
+      } else {
+        ++failed;
+      }
+    }
+    if (std::string(c.op) == "Noise") {
+      EXPECT_EQ(failed, 0);
+    } else {
+      EXPECT_GT(failed, 0);
+      EXPECT_LT(failed, c.samples);
+    }
+  }
+}
+
 TEST_F(PythonWorkersTest, StartErrorsNameTheirCause) {
   const std::string dir = testing::TempDirForCurrentTest();
   const auto start_with = [&](const std::string& source) {
@@ -309,13 +373,31 @@ TEST_F(PythonWorkersTest, StartErrorsNameTheirCause) {
   EXPECT_THAT(s.message(), HasSubstr("ended (exit status 4) before "
                                      "describing its ops"));
 
+  // A module whose ops differ between processes, with several workers:
+  // the pool refuses it and leaves no process behind.
+  const std::string changing = absl::StrCat(dir, "/changing.py");
+  ASSERT_TRUE(testing::WriteStringToFile(
+      changing,
+      "import os\n"
+      "def f(image, rng): return image\n"
+      "f.__name__ = 'Op%d' % os.getpid()\n"
+      "STOKER_OPS = [f]\n"));
+  PythonWorkersOptions several = Options(3);
+  several.modules = {changing};
+  s = PythonWorkers::Start(several, budget_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("described different op tables"));
+  // No child process is left, running or unreaped.
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1) << "a worker outlived its pool";
+  EXPECT_EQ(errno, ECHILD);
+
   PythonWorkersOptions options = Options();
   options.python = "/nonexistent/python3";
   s = PythonWorkers::Start(options, budget_).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
-              HasSubstr("cannot start the Python interpreter "
-                        "'/nonexistent/python3'"));
+              HasSubstr("the Python interpreter (--python): cannot start "
+                        "/nonexistent/python3: No such file or directory"));
   EXPECT_EQ(budget_->stats().used, 0);
 }
 
