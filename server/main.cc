@@ -37,6 +37,7 @@
 #include "image/image_probe.h"
 #include "image/ops/plugin.h"
 #include "image/ops/python_op.h"
+#include "server/python_ops/python_metrics.h"
 #include "server/python_ops/python_workers.h"
 #include "server/metrics_exporter.h"
 #include "server/parent_link.h"
@@ -795,6 +796,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     metrics = *std::move(started);
+    if (*python_workers != nullptr) {
+      metrics->Add(stoker::server::PythonOpsCollector(*python_workers));
+    }
     spdlog::info("metrics on port {} (/metrics)", metrics->port());
   }
   if ((*server)->health_port() != 0) {

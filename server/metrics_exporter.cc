@@ -10,6 +10,7 @@
 #include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
+#include "server/metric_families.h"
 
 namespace stoker::server {
 namespace {
@@ -17,33 +18,6 @@ namespace {
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
-
-MetricFamily Family(const char* name, const char* help, MetricType type) {
-  MetricFamily family;
-  family.name = name;
-  family.help = help;
-  family.type = type;
-  return family;
-}
-
-void AddValue(MetricFamily* family, double value,
-              std::vector<ClientMetric::Label> labels = {}) {
-  ClientMetric metric;
-  metric.label = std::move(labels);
-  if (family->type == MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family->metric.push_back(std::move(metric));
-}
-
-MetricFamily Single(const char* name, const char* help, MetricType type,
-                    double value) {
-  MetricFamily family = Family(name, help, type);
-  AddValue(&family, value);
-  return family;
-}
 
 // The latency histogram of requests to object storage.
 MetricFamily LatencyHistogram(const v1::StorageStats& storage) {
@@ -204,6 +178,11 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
   const std::vector<int> ports = exporter->exposer_->GetListeningPorts();
   exporter->port_ = ports.empty() ? 0 : ports.front();
   return exporter;
+}
+
+void MetricsExporter::Add(std::shared_ptr<prometheus::Collectable> collectable) {
+  exposer_->RegisterCollectable(collectable);
+  added_.push_back(std::move(collectable));
 }
 
 MetricsExporter::~MetricsExporter() = default;

@@ -17,9 +17,13 @@
 //   stoker_storage_failed_requests_total, stoker_storage_bytes_total,
 //   stoker_prefetch_ranges_total, stoker_cache_hits_total,
 //   stoker_cache_misses_total                  (object storage)
+//
+// and the figures of collectables added with Add (the Python op workers':
+// server/python_ops/python_metrics.h).
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/data_service.h"
@@ -45,11 +49,16 @@ class MetricsExporter {
 
   int port() const { return port_; }
 
+  // Serves `collectable`'s figures too (e.g. the Python op workers',
+  // server/python_ops/python_metrics.h); kept alive here.
+  void Add(std::shared_ptr<prometheus::Collectable> collectable);
+
  private:
   MetricsExporter() = default;
   // The exposer holds collectables weakly: the service's collector lives
   // here.
   std::shared_ptr<prometheus::Collectable> collector_;
+  std::vector<std::shared_ptr<prometheus::Collectable>> added_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
 };

@@ -78,6 +78,9 @@ class PythonWorkers : public image::PythonOpRunner {
   PythonWorkers(const PythonWorkers&) = delete;
   PythonWorkers& operator=(const PythonWorkers&) = delete;
 
+  // Worker processes (alive or to be replaced).
+  int size() const { return static_cast<int>(workers_.size()); }
+
   // The ops the modules declare, in table order.
   const std::vector<image::PythonOpSpec>& ops() const { return ops_; }
 

@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import unittest
+import urllib.request
 
 import stoker_testing as st
 
@@ -121,7 +122,8 @@ class PythonOpsTest(unittest.TestCase):
 
     def test_crashes_hangs_and_hogs_cost_only_their_samples(self):
         server = serve(flags=["--python_op_timeout=1s",
-                              f"--python_op_memory={1 << 30}"])
+                              f"--python_op_memory={1 << 30}",
+                              "--metrics_port=0"])
         try:
             for op, reason in [
                     ("SegfaultSome", "its worker process died; worker "
@@ -153,6 +155,26 @@ class PythonOpsTest(unittest.TestCase):
                 whole = fetch(server.address, f"{CROP}|Noop()", "--seed=5")
                 self.assertIn(f"images={SAMPLES} ", whole.stdout)
                 self.assertEqual(skipped(whole), {})
+            # Prometheus counts each kind of failure.
+            metrics = urllib.request.urlopen(
+                f"http://127.0.0.1:{server.ports['metrics_port']}/metrics",
+                timeout=30).read().decode()
+
+            def value(name):
+                match = re.search(rf"^{re.escape(name)} (\S+)$", metrics,
+                                  re.MULTILINE)
+                self.assertIsNotNone(match, f"{name} in {metrics}")
+                return float(match.group(1))
+            for cause in ("crashed", "timed_out", "out_of_memory"):
+                self.assertGreater(value(
+                    f'stoker_python_op_failures_total{{cause="{cause}"}}'), 0)
+            self.assertEqual(value(
+                'stoker_python_op_failures_total{cause="raised"}'), 0)
+            self.assertEqual(value("stoker_python_op_workers"), 2)
+            self.assertGreater(
+                value("stoker_python_op_workers_started_total"), 2)
+            self.assertGreaterEqual(value("stoker_python_op_samples_total"),
+                                    3 * 3 * SAMPLES)
         finally:
             server.kill()
         with open(server.log_path) as f:
