@@ -437,10 +437,12 @@ void BatchStream::RunSample(WorkerContext* context, Pending* batch, int slot) {
   if (batch->tails != nullptr) {
     const int chunk = batch->tails->Done(slot);
     if (chunk < 0) return;
-    batch->transform_ns.fetch_add(
-        batch->tails->Run(chunk, batch->pixels->data(), sample_bytes_,
-                          batch->errors),
-        std::memory_order_relaxed);
+    if (!cancelled_.load()) {
+      batch->transform_ns.fetch_add(
+          batch->tails->Run(chunk, batch->pixels->data(), sample_bytes_,
+                            batch->errors),
+          std::memory_order_relaxed);
+    }
     const auto [first, last] = batch->tails->ChunkSlots(chunk);
     settled = last - first;
   }

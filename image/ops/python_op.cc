@@ -275,7 +275,13 @@ absl::StatusOr<std::string> PythonArgsLiteral(const PythonOpSpec& spec,
     if (!literal.ok()) return literal.status();
     items.push_back(absl::StrCat("'", param.name, "': ", *literal));
   }
-  return absl::StrCat("{", absl::StrJoin(items, ", "), "}");
+  std::string literal = absl::StrCat("{", absl::StrJoin(items, ", "), "}");
+  if (literal.size() > kMaxPythonArgsBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the arguments take ", literal.size(),
+                     " bytes; at most ", kMaxPythonArgsBytes, " are accepted"));
+  }
+  return literal;
 }
 
 absl::Status RegisterPythonOps(const std::vector<PythonOpSpec>& specs,

@@ -17,6 +17,7 @@
 // server, the thread or the worker process.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -66,11 +67,14 @@ struct PythonOpSpec {
 absl::StatusOr<std::vector<PythonOpSpec>> ParsePythonOpTable(
     absl::string_view text);
 
+// Longest argument literal of one step (it travels in every request).
+constexpr size_t kMaxPythonArgsBytes = 8192;
+
 // Checks the arguments of one step against `spec`: each of its type, within
 // its bounds or choices, every required one given. Returns the given ones
 // as a Python dict literal (e.g. "{'ratio': 0.5, 'mode': 'fast'}"), which
 // the worker reads with ast.literal_eval. InvalidArgument naming the
-// argument.
+// argument, or for a literal over kMaxPythonArgsBytes.
 absl::StatusOr<std::string> PythonArgsLiteral(const PythonOpSpec& spec,
                                               const OpArgs& args);
 

@@ -236,25 +236,22 @@ absl::StatusOr<std::shared_ptr<PythonWorkers>> PythonWorkers::Start(
   return pool;
 }
 
-PythonWorkers::~PythonWorkers() {
-  Stop();
-  for (const auto& worker : workers_) {
-    if (worker->pid > 0) Kill(*worker);
-  }
-}
+PythonWorkers::~PythonWorkers() { Stop(); }
 
 void PythonWorkers::Stop() {
-  absl::MutexLock lock(&mu_);
-  stopped_ = true;
-  // Calls under way end within op_timeout.
-  mu_.Await(absl::Condition(
-      +[](PythonWorkers* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-        return self->idle_.size() == self->workers_.size();
-      },
-      this));
-  for (Worker* worker : idle_) {
-    if (worker->pid > 0) Kill(*worker);
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    // Requests under way end: each sample has op_timeout.
+    mu_.Await(absl::Condition(
+        +[](PythonWorkers* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+          return self->idle_.size() == self->workers_.size();
+        },
+        this));
   }
+  // No call takes a worker once stopped; their memory is given back with
+  // no lock held (the budget's grants run on this thread).
+  for (const auto& worker : workers_) Kill(*worker);
 }
 
 absl::Status PythonWorkers::Spawn(Worker& worker, std::string* table) {
@@ -290,7 +287,8 @@ absl::Status PythonWorkers::Spawn(Worker& worker, std::string* table) {
   spec.program = options_.python;
   spec.search_path = true;
   spec.args = {options_.python, "-c", kPythonWorkerScript,
-               absl::StrCat(options_.memory_limit_bytes)};
+               absl::StrCat(options_.memory_limit_bytes),
+               absl::StrCat(getpid())};
   spec.args.insert(spec.args.end(), options_.modules.begin(),
                    options_.modules.end());
   spec.descriptors = {{theirs, kChildSocket}, {memfd, kChildRegion}};
@@ -331,24 +329,25 @@ absl::Status PythonWorkers::Spawn(Worker& worker, std::string* table) {
       "; its error output is in the server's log"));
 }
 
-std::string PythonWorkers::Kill(Worker& worker, absl::Duration grace) {
-  std::string end = "not started";
-  if (worker.pid > 0) {
-    int status = 0;
-    pid_t ended = waitpid(worker.pid, &status, WNOHANG);
-    const absl::Time deadline = absl::Now() + grace;
-    while (ended == 0 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(1));
-      ended = waitpid(worker.pid, &status, WNOHANG);
-    }
-    if (ended == 0) {
-      kill(worker.pid, SIGKILL);
-      while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-    end = DescribeExit(status);
-    worker.pid = -1;
+std::string PythonWorkers::EndProcess(Worker& worker, absl::Duration grace) {
+  if (worker.pid <= 0) return "not started";
+  int status = 0;
+  pid_t ended = waitpid(worker.pid, &status, WNOHANG);
+  const absl::Time deadline = absl::Now() + grace;
+  while (ended == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+    ended = waitpid(worker.pid, &status, WNOHANG);
   }
+  if (ended == 0) {
+    kill(worker.pid, SIGKILL);
+    while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  worker.pid = -1;
+  return DescribeExit(status);
+}
+
+void PythonWorkers::Release(Worker& worker) {
   if (worker.socket >= 0) close(worker.socket);
   if (worker.memfd >= 0) close(worker.memfd);
   if (worker.region != nullptr) munmap(worker.region, worker.region_size);
@@ -357,12 +356,20 @@ std::string PythonWorkers::Kill(Worker& worker, absl::Duration grace) {
   worker.region_size = 0;
   worker.cpu = -1;
   worker.charge.Reset();
+}
+
+std::string PythonWorkers::Kill(Worker& worker, absl::Duration grace) {
+  std::string end = EndProcess(worker, grace);
+  Release(worker);
   return end;
 }
 
 absl::Status PythonWorkers::Reserve(Worker& worker, size_t bytes) {
   size_t size = RoundUp(std::max<size_t>(bytes, 1), kRegionStep);
-  if (size <= worker.region_size && worker.region_size <= kMaxKeptRegion) {
+  // Kept while large enough, unless it is larger than kept regions may be
+  // and larger than needed.
+  if (size <= worker.region_size &&
+      (worker.region_size <= kMaxKeptRegion || size == worker.region_size)) {
     return absl::OkStatus();
   }
   size = std::max(size, kRegionStep);
@@ -541,9 +548,11 @@ size_t PythonWorkers::Call(Worker& worker,
   // samples settled.
   const auto replace = [&](size_t failed, absl::string_view why,
                            int64_t Stats::*counter, absl::Duration grace) {
-    for (size_t i = 0; i < failed; ++i) settle(i);
+    // The process ends first: nothing writes the region while it is read.
     const pid_t pid = worker.pid;
-    const std::string end = Kill(worker, grace);
+    const std::string end = EndProcess(worker, grace);
+    for (size_t i = 0; i < failed; ++i) settle(i);
+    Release(worker);
     const std::string reason =
         absl::StrCat(why, "; worker process ", pid, " ended with ", end,
                      ", a new one replaces it");
@@ -572,6 +581,10 @@ size_t PythonWorkers::Call(Worker& worker,
   }
   __atomic_store_n(reinterpret_cast<uint32_t*>(worker.region), 0u,
                    __ATOMIC_RELEASE);
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.requests;
+  }
   if (send(worker.socket, message.data(), message.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(message.size())) {
     return replace(0, Errno("its worker process is gone"), &Stats::crashed,

@@ -98,7 +98,8 @@ class PythonWorkers : public image::PythonOpRunner {
   void Stop();
 
   struct Stats {
-    int64_t calls = 0;
+    int64_t calls = 0;       // samples
+    int64_t requests = 0;    // requests sent to workers
     int64_t failed = 0;      // the op raised
     int64_t crashed = 0;     // the worker died
     int64_t timed_out = 0;   // killed after op_timeout
@@ -118,6 +119,10 @@ class PythonWorkers : public image::PythonOpRunner {
   // Reaps `worker`'s process, killing it if it has not ended within
   // `grace` (a worker that closed its socket is exiting); returns how it
   // ended ("exit status 1", "signal 11 (Segmentation fault)").
+  std::string EndProcess(Worker& worker, absl::Duration grace);
+  // Closes `worker`'s socket and region and gives back its memory.
+  void Release(Worker& worker);
+  // EndProcess, then Release.
   std::string Kill(Worker& worker,
                    absl::Duration grace = absl::ZeroDuration());
   // Makes `worker`'s shared region at least `bytes` long.

@@ -1,6 +1,7 @@
 """One Python op worker of a Stoker server (server/python_ops/python_workers.h).
 
-The server starts it as `PYTHON -c <this file> MEMORY_LIMIT MODULE...` with
+The server starts it as `PYTHON -c <this file> MEMORY_LIMIT SERVER_PID
+MODULE...` with
 a SOCK_SEQPACKET socket on descriptor 3 and a shared-memory file (memfd) on
 descriptor 4. It imports the modules (a module name, or a path to a .py
 file), sends the table of their ops, then answers requests one at a time:
@@ -142,36 +143,46 @@ def describe(entry, module_name):
 
 
 def last_line(error):
-    text = traceback.format_exception_only(type(error), error)[-1].strip()
-    return text[:400]
+    return traceback.format_exception_only(type(error), error)[-1].strip()
 
 
-def die_with_parent():
+def reason_bytes(text, size):
+    """`text` as at most `size` bytes of well-formed UTF-8 (it becomes a
+    string field on the wire): unencodable characters replaced, cut at a
+    character boundary."""
+    data = text.encode("utf-8", "replace")[:size]
+    return data.decode("utf-8", "ignore").encode("utf-8")
+
+
+def die_with_parent(server_pid):
+    """Ends this worker with the server thread that started it (the server
+    may itself be PID 1, in a container)."""
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except OSError:
+    except Exception:  # no ctypes: the closed socket still ends us
         pass
-    if os.getppid() == 1:
-        os._exit(1)
+    if os.getppid() != server_pid:
+        os._exit(1)  # the server ended before prctl
 
 
 def main():
-    die_with_parent()
+    die_with_parent(int(sys.argv[2]))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3)
     memfd = 4
     os.closerange(5, 65536)
     # Anything the ops print goes to the server's log stream, not its stdout.
     sys.stdout = sys.stderr
     limit = int(sys.argv[1])
+    modules = sys.argv[3:]
     if limit > 0:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
         import numpy as np
         ops = []
         lines = []
-        for spec in sys.argv[2:]:
+        for spec in modules:
             module = load_module(spec)
             table = getattr(module, "STOKER_OPS", None)
             if not isinstance(table, (list, tuple)) or not table:
@@ -181,7 +192,7 @@ def main():
                 ops.append((fn, mask))
                 lines.extend(op_lines)
     except BaseException as error:  # an import may raise anything
-        sock.send(b"error\n" + last_line(error).encode())
+        sock.send(b"error\n" + reason_bytes(last_line(error), 4000))
         return
     sock.send(("ok\n" + "\n".join(lines)).encode())
 
@@ -207,18 +218,37 @@ def main():
         if n < HEADER.size:
             return  # the server closed the socket
         op, count, size, n_args = unpack_header(buffer)
-        if size != region_size:
-            region = mmap.mmap(memfd, size)
-            region_size = size
-        start = HEADER.size + count * ENTRY.size
-        args = bytes(view[start:start + n_args])
-        kwargs = kwargs_cache.get(args)
-        if kwargs is None:
-            kwargs = ast.literal_eval(args.decode())
-            if len(kwargs_cache) > 1024:
-                kwargs_cache.clear()
-            kwargs_cache[args] = kwargs
-        fn, takes_mask = ops[op]
+        try:
+            if n == len(buffer):
+                raise ValueError(f"a request of {n} bytes or more is too "
+                                 "long")
+            if size != region_size:
+                region = None
+                region = mmap.mmap(memfd, size)
+                region_size = size
+            start = HEADER.size + count * ENTRY.size
+            args = bytes(view[start:start + n_args])
+            kwargs = kwargs_cache.get(args)
+            if kwargs is None:
+                kwargs = ast.literal_eval(args.decode())
+                if len(kwargs_cache) > 1024:
+                    kwargs_cache.clear()
+                kwargs_cache[args] = kwargs
+            fn, takes_mask = ops[op]
+        except Exception as error:
+            # Nothing of the request can run: every sample fails with why.
+            reason = reason_bytes(f"the request failed: {last_line(error)}",
+                                  STATUS_SIZE - STATUS_HEAD.size)
+            if region is not None:
+                for i in range(count):
+                    at = STATUS + i * STATUS_SIZE
+                    pack_status(region, at, 1, len(reason))
+                    region[at + STATUS_HEAD.size:
+                           at + STATUS_HEAD.size + len(reason)] = reason
+                pack_count(region, 0, count)
+                send(b"\0")
+                continue
+            return  # no region to answer in: the server replaces us
         for i in range(count):
             (width, height, mask_width, mask_height, mask_channels,
              image_offset, mask_offset, s0, s1, s2, s3) = unpack_entry(
@@ -261,7 +291,7 @@ def main():
                 image = mask = result = None
             at = STATUS + i * STATUS_SIZE
             if code:
-                reason = text.encode()[:STATUS_SIZE - STATUS_HEAD.size]
+                reason = reason_bytes(text, STATUS_SIZE - STATUS_HEAD.size)
                 pack_status(region, at, code, len(reason))
                 region[at + STATUS_HEAD.size:
                        at + STATUS_HEAD.size + len(reason)] = reason

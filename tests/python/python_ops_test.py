@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import unittest
 import urllib.request
 
@@ -255,6 +256,45 @@ class PythonOpsTest(unittest.TestCase):
         fetch(self.server.address, f"{CROP}|Typed(needed=1, count=3, "
               "scale=0.5, flag=True, mode=slow, box=(0.25, 2))")
         self.assertIsNone(self.server.process.poll())
+
+    def test_workers_start_when_the_server_is_pid_1(self):
+        # As in a container whose entrypoint is the server: a new PID
+        # namespace (root only) where the server is process 1.
+        probe = subprocess.run(["unshare", "--fork", "--pid", "true"],
+                               capture_output=True)
+        if probe.returncode != 0:
+            self.skipTest("cannot make a PID namespace here: "
+                          + probe.stderr.decode().strip())
+        folder = st.temp_dir("pid1")
+        ports = os.path.join(folder, "ports")
+        log_path = os.path.join(folder, "server.log")
+
+        def log():
+            with open(log_path) as f:
+                return f.read()
+        with open(log_path, "w") as log_file:
+            process = subprocess.Popen(
+                ["unshare", "--fork", "--pid", "--kill-child", st.SERVER_BIN,
+                 "--port=0", "--threads=2", f"--dataset=train={GLOB}",
+                 f"--python_ops={TEST_OPS}", "--python=" + sys.executable,
+                 f"--port_file={ports}"],
+                stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+            from stoker.launch import read_port_file
+            deadline = time.time() + 60
+            while not os.path.exists(ports) and process.poll() is None:
+                self.assertLess(time.time(), deadline, "no port file")
+                time.sleep(0.05)
+            if process.poll() is not None:
+                self.fail(f"the server as PID 1 ended: {log()}")
+            port = read_port_file(ports)["port"]
+            result = fetch(f"127.0.0.1:{port}", f"{CROP}|Invert()")
+            self.assertEqual(checksum(result),
+                             checksum(fetch(self.server.address,
+                                            f"{CROP}|Invert()")))
+        finally:
+            process.kill()
+            process.wait(timeout=30)
 
     def test_bad_modules_stop_the_start(self):
         folder = st.temp_dir("modules")

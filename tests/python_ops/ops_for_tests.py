@@ -66,6 +66,12 @@ def hog_some(image, rng, p: float = 0.1):
     return image
 
 
+def raise_unicode(image, rng):
+    # More than a status entry holds, with multi-byte characters across
+    # the cut, and a lone surrogate.
+    raise ValueError("é" * 300 + "\ud800")
+
+
 def wrong_shape(image, rng):
     return image[:1]
 
@@ -87,6 +93,7 @@ STOKER_OPS = [
     {"fn": segfault_some, "name": "SegfaultSome"},
     {"fn": hang_some, "name": "HangSome"},
     {"fn": hog_some, "name": "HogSome"},
+    {"fn": raise_unicode, "name": "RaiseUnicode"},
     {"fn": wrong_shape, "name": "WrongShape"},
     {"fn": exit_worker, "name": "ExitWorker"},
 ]

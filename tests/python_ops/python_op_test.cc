@@ -153,6 +153,18 @@ TEST_F(PythonArgsTest, RefusesValuesTheOpDoesNotTake) {
   EXPECT_EQ(message({{"mode", Number(3)}}), "mode must be a word, got 3");
   EXPECT_EQ(message({{"box", Tuple({0, -2})}}),
             "box must be a tuple of numbers >= -1, got (0, -2)");
+  // A literal past kMaxPythonArgsBytes (a word of 9000 letters).
+  const absl::Status long_word =
+      Literal({{"mode", Word(std::string(9000, 'f'))}}).status();
+  EXPECT_THAT(long_word.message(), HasSubstr("mode must be one of fast, slow"));
+  PythonOpSpec open = spec_;
+  open.params[3].choices.clear();
+  const absl::Status too_long =
+      PythonArgsLiteral(open, OpArgs({{"mode", Word(std::string(9000, 'f'))},
+                                      {"needed", Number(1)}}))
+          .status();
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_long.message(), HasSubstr("at most 8192 are accepted"));
   const absl::Status missing =
       PythonArgsLiteral(spec_, OpArgs({{"d", Number(3)}})).status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);

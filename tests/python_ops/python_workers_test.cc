@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "image/ops/python_op.h"
+#include "common/utf8.h"
 #include "image/plan.h"
 #include "server/memory_budget.h"
 #include "tests/testing/temp_dir.h"
@@ -114,7 +115,8 @@ TEST_F(PythonWorkersTest, DescribesTheModulesOps) {
               ::testing::ElementsAre("Noop", "Invert", "InvertInPlace", "Noise",
                                      "Stamp", "Typed", "RaiseSome",
                                      "SegfaultSome", "HangSome", "HogSome",
-                                     "WrongShape", "ExitWorker"));
+                                     "RaiseUnicode", "WrongShape",
+                                     "ExitWorker"));
   const image::PythonOpSpec& typed = workers->ops()[OpIndex(*workers, "Typed")];
   EXPECT_FALSE(typed.mask);
   EXPECT_TRUE(workers->ops()[OpIndex(*workers, "Stamp")].mask);
@@ -238,9 +240,16 @@ TEST_F(PythonWorkersTest, AnExceptionFailsOnlyItsSample) {
   EXPECT_THAT(shape.message(),
               HasSubstr("the op returned a image of uint8 (1, 8, 3); "
                         "expected uint8 (8, 8, 3)"));
+  // A long reason with multi-byte characters and a lone surrogate arrives
+  // cut at a character boundary, valid UTF-8 (it becomes a string field).
+  const absl::Status unicode = Run(*workers, "RaiseUnicode", image);
+  EXPECT_THAT(std::string(unicode.message()),
+              ::testing::StartsWith("ValueError: ééé"));
+  EXPECT_LE(unicode.message().size(), 248u);
+  EXPECT_TRUE(common::IsUtf8(unicode.message()));
   EXPECT_TRUE(Run(*workers, "Noop", image).ok());
   const PythonWorkers::Stats stats = workers->stats();
-  EXPECT_EQ(stats.failed, 2);
+  EXPECT_EQ(stats.failed, 3);
   EXPECT_EQ(stats.crashed, 0);
   EXPECT_EQ(stats.started, 1);  // the worker survived
 }
@@ -277,7 +286,8 @@ TEST_F(PythonWorkersTest, CrashHangAndMemoryReplaceTheWorker) {
   EXPECT_EQ(stats.timed_out, 1);
   EXPECT_EQ(stats.out_of_memory, 1);
   EXPECT_EQ(stats.started, 5);
-  EXPECT_GT(budget_->stats().used, 0);
+  // The live replacement's region (1 MiB at least) is charged.
+  EXPECT_GE(budget_->stats().used, int64_t{1} << 20);
 }
 
 // A request of many samples gives each sample what it gets alone: the same
@@ -316,7 +326,12 @@ TEST_F(PythonWorkersTest, BatchesGiveEachSampleWhatItGetsAlone) {
       calls.push_back(call);
     }
     std::vector<absl::Status> results(c.samples);
+    const int64_t requests_before = workers->stats().requests;
     workers->RunBatch(calls, absl::MakeSpan(results));
+    if (std::string(c.op) == "Noise") {
+      // 40 samples: one request of 32, one of 8.
+      EXPECT_EQ(workers->stats().requests - requests_before, 2);
+    }
     int failed = 0;
     for (int i = 0; i < c.samples; ++i) {
       const absl::Status single =
