@@ -56,6 +56,15 @@ struct ArgValue {
   bool is_word() const { return !word.empty(); }
 };
 
+// An argument's value as written ("0.5", "(3, 5)", "bicubic"), for
+// messages.
+std::string ArgValueText(const ArgValue& value);
+
+// InvalidArgument "NAME must be WHAT, got VALUE": the message of every
+// refused argument (OpArgs' readers, Python ops' checks).
+absl::Status BadArgument(absl::string_view name, absl::string_view what,
+                         const ArgValue& value);
+
 // The arguments of one step, by name (positional ones already bound to
 // their names). Readers report errors naming the argument; Finish() rejects
 // arguments no reader asked for.

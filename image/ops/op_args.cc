@@ -11,18 +11,6 @@
 namespace stoker::image {
 namespace {
 
-std::string Show(const ArgValue& v) {
-  if (v.is_word()) return v.word;
-  std::string s = absl::StrJoin(v.numbers, ", ");
-  return v.tuple ? absl::StrCat("(", s, ")") : s;
-}
-
-absl::Status Bad(absl::string_view name, absl::string_view what,
-                 const ArgValue& v) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, " must be ", what, ", got ", Show(v)));
-}
-
 bool IsInteger(double x) { return std::isfinite(x) && std::floor(x) == x; }
 
 ArgValue Numbers(std::vector<double> n, bool tuple) {
@@ -39,6 +27,18 @@ ArgValue Word(absl::string_view w) {
 }
 
 }  // namespace
+
+std::string ArgValueText(const ArgValue& v) {
+  if (v.is_word()) return v.word;
+  std::string s = absl::StrJoin(v.numbers, ", ");
+  return v.tuple ? absl::StrCat("(", s, ")") : s;
+}
+
+absl::Status BadArgument(absl::string_view name, absl::string_view what,
+                         const ArgValue& v) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, " must be ", what, ", got ", ArgValueText(v)));
+}
 
 const ArgValue* OpArgs::Find(absl::string_view name) const {
   if (read_.size() != args_.size()) read_.assign(args_.size(), false);
@@ -58,11 +58,11 @@ absl::StatusOr<double> OpArgs::Number(absl::string_view name, double fallback,
   const ArgValue* v = Find(name);
   if (v == nullptr) return fallback;
   if (v->is_word() || v->tuple || v->numbers.size() != 1) {
-    return Bad(name, "a number", *v);
+    return BadArgument(name, "a number", *v);
   }
   const double x = v->numbers[0];
   if (!(x >= min && x <= max)) {
-    return Bad(name, absl::StrCat("in [", min, ", ", max, "]"), *v);
+    return BadArgument(name, absl::StrCat("in [", min, ", ", max, "]"), *v);
   }
   return x;
 }
@@ -73,11 +73,12 @@ absl::StatusOr<int> OpArgs::Int(absl::string_view name, int fallback, int min,
   if (v == nullptr) return fallback;
   if (v->is_word() || v->tuple || v->numbers.size() != 1 ||
       !IsInteger(v->numbers[0])) {
-    return Bad(name, "an integer", *v);
+    return BadArgument(name, "an integer", *v);
   }
   const double x = v->numbers[0];
   if (!(x >= min && x <= max)) {
-    return Bad(name, absl::StrCat("an integer in [", min, ", ", max, "]"), *v);
+    return BadArgument(
+        name, absl::StrCat("an integer in [", min, ", ", max, "]"), *v);
   }
   return static_cast<int>(x);
 }
@@ -92,7 +93,7 @@ absl::StatusOr<bool> OpArgs::Bool(absl::string_view name,
       (v->numbers[0] == 0 || v->numbers[0] == 1)) {
     return v->numbers[0] == 1;
   }
-  return Bad(name, "True or False", *v);
+  return BadArgument(name, "True or False", *v);
 }
 
 absl::StatusOr<std::pair<double, double>> OpArgs::Range(
@@ -101,11 +102,11 @@ absl::StatusOr<std::pair<double, double>> OpArgs::Range(
   const ArgValue* v = Find(name);
   if (v == nullptr) return fallback;
   if (v->is_word() || v->numbers.size() != 2) {
-    return Bad(name, "a pair (min, max)", *v);
+    return BadArgument(name, "a pair (min, max)", *v);
   }
   const double a = v->numbers[0], b = v->numbers[1];
   if (!(a >= lo && b <= hi && a <= b)) {
-    return Bad(name,
+    return BadArgument(name,
                absl::StrCat("(min, max) with ", lo, " <= min <= max <= ", hi),
                *v);
   }
@@ -117,13 +118,13 @@ absl::StatusOr<std::optional<std::pair<double, double>>> OpArgs::Jitter(
   const ArgValue* v = Find(name);
   if (v == nullptr) return std::nullopt;
   if (v->is_word() || v->numbers.empty() || v->numbers.size() > 2) {
-    return Bad(name, "a number or a pair (min, max)", *v);
+    return BadArgument(name, "a number or a pair (min, max)", *v);
   }
   std::pair<double, double> range;
   if (v->numbers.size() == 1) {
     const double x = v->numbers[0];
     if (!(x >= 0) || !std::isfinite(x)) {
-      return Bad(name, "a non-negative number", *v);
+      return BadArgument(name, "a non-negative number", *v);
     }
     // torchvision clips the low end at 0 (brightness, contrast,
     // saturation) and checks the bounds otherwise (hue).
@@ -133,7 +134,7 @@ absl::StatusOr<std::optional<std::pair<double, double>>> OpArgs::Jitter(
   }
   if (!(range.first >= lo && range.second <= hi &&
         range.first <= range.second)) {
-    return Bad(name,
+    return BadArgument(name,
                absl::StrCat("within [", lo, ", ", hi, "] with min <= max"),
                *v);
   }
@@ -152,7 +153,7 @@ absl::StatusOr<std::optional<OpArgs::SizeArg>> OpArgs::SizeValue(
     ok = ok && IsInteger(x) && x >= 1 && x <= kMaxTransformSize;
   }
   if (!ok) {
-    return Bad(name,
+    return BadArgument(name,
                absl::StrCat("a size s or (h, w) of integers in [1, ",
                             kMaxTransformSize, "]"),
                *v);
@@ -175,7 +176,7 @@ absl::StatusOr<Interpolation> OpArgs::InterpolationArg(
   if (w == "nearest") return Interpolation::kNearest;
   if (w == "bilinear") return Interpolation::kBilinear;
   if (w == "bicubic") return Interpolation::kBicubic;
-  return Bad(name, "nearest, bilinear or bicubic", *v);
+  return BadArgument(name, "nearest, bilinear or bicubic", *v);
 }
 
 absl::StatusOr<std::array<uint8_t, 3>> OpArgs::Fill(
@@ -185,7 +186,7 @@ absl::StatusOr<std::array<uint8_t, 3>> OpArgs::Fill(
   const size_t n = v->numbers.size();
   bool ok = !v->is_word() && (n == 1 || n == 3);
   for (double x : v->numbers) ok = ok && x >= 0 && x <= 255;
-  if (!ok) return Bad(name, "a value or (r, g, b) in [0, 255]", *v);
+  if (!ok) return BadArgument(name, "a value or (r, g, b) in [0, 255]", *v);
   std::array<uint8_t, 3> fill;
   for (int c = 0; c < 3; ++c) {
     // PIL's fillcolor takes integers; torchvision passes int(v) for floats.

@@ -69,16 +69,9 @@ absl::StatusOr<PythonParam> ParseParam(
   return param;
 }
 
-std::string Show(const ArgValue& v) {
-  if (v.is_word()) return v.word;
-  std::string s = absl::StrJoin(v.numbers, ", ");
-  return v.tuple ? absl::StrCat("(", s, ")") : s;
-}
-
 absl::Status Bad(const PythonParam& param, absl::string_view what,
                  const ArgValue& v) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(param.name, " must be ", what, ", got ", Show(v)));
+  return BadArgument(param.name, what, v);
 }
 
 // "in [lo, hi]", "at least lo", ... or "" without bounds.
@@ -117,8 +110,8 @@ absl::StatusOr<std::string> ValueLiteral(const PythonParam& param,
   switch (param.type) {
     case Type::kInt: {
       const double x = one_number ? v.numbers[0] : NAN;
-      if (!one_number || std::floor(x) != x || std::fabs(x) > kMaxExactInteger ||
-          !InBounds(param, x)) {
+      if (!one_number || std::floor(x) != x ||
+          std::fabs(x) > kMaxExactInteger || !InBounds(param, x)) {
         return Bad(param, absl::StrCat("an integer", BoundsText(param)), v);
       }
       return absl::StrCat(static_cast<int64_t>(x));
