@@ -18,6 +18,7 @@
 #include "image/ops/plugin.h"
 #include "image/ops/transform.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/temp_dir.h"
 
 namespace stoker {
 namespace {
@@ -30,20 +31,13 @@ using testing::TestLoaderOptions;
 
 constexpr char kDataset[] = "train";
 
-std::string Runfile(const std::string& path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
-                      workspace != nullptr ? workspace : "stoker", "/", path);
-}
-
 class PluginClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     for (const char* path :
          {"plugins/random_mask/random_mask.so", "tests/plugins/test_ops.so"}) {
       absl::StatusOr<image::LoadedPlugin> loaded =
-          image::LoadPlugin(Runfile(path));
+          image::LoadPlugin(stoker::testing::Runfile(path));
       ASSERT_TRUE(loaded.ok()) << loaded.status();
     }
   }

@@ -39,19 +39,11 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kSeed = 1234;
 
-// A file of the test's runfiles (its `data`), by workspace path.
-std::string Runfile(const std::string& path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
-                      workspace != nullptr ? workspace : "stoker", "/", path);
-}
-
 std::string RandomMaskPath() {
-  return Runfile("plugins/random_mask/random_mask.so");
+  return stoker::testing::Runfile("plugins/random_mask/random_mask.so");
 }
 std::string TestPluginPath(const std::string& name) {
-  return Runfile(absl::StrCat("tests/plugins/", name, ".so"));
+  return stoker::testing::Runfile(absl::StrCat("tests/plugins/", name, ".so"));
 }
 
 // The registry is process-wide: the two good plugins are loaded once, by

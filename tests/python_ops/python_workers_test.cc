@@ -33,16 +33,10 @@ using ::testing::HasSubstr;
 using image::PythonOpCall;
 using image::PythonParam;
 
-std::string Runfile(const std::string& path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
-                      workspace != nullptr ? workspace : "stoker", "/", path);
-}
-
 PythonWorkersOptions Options(int workers = 1) {
   PythonWorkersOptions options;
-  options.modules = {Runfile("tests/python_ops/ops_for_tests.py")};
+  options.modules = {
+      stoker::testing::Runfile("tests/python_ops/ops_for_tests.py")};
   options.python = "/usr/bin/python3";
   options.workers = workers;
   options.op_timeout = absl::Seconds(30);

@@ -83,4 +83,11 @@ absl::Status OverwriteFileInPlace(const std::string& path,
   return absl::OkStatus();
 }
 
+std::string Runfile(const std::string& path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
+                      workspace != nullptr ? workspace : "stoker", "/", path);
+}
+
 }  // namespace stoker::testing

@@ -31,6 +31,10 @@ std::string ReadFileToString(const std::string& path);
 // Writes `data` to `path` (created or truncated); false if that failed.
 bool WriteStringToFile(const std::string& path, const std::string& data);
 
+// A file of the test's runfiles (its `data`), by workspace path, e.g.
+// "plugins/random_mask/random_mask.so".
+std::string Runfile(const std::string& path);
+
 }  // namespace stoker::testing
 
 #endif  // STOKER_TESTS_TESTING_TEMP_DIR_H_
