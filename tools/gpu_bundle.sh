@@ -8,14 +8,16 @@
 #   DIR/gpu_check.sh            # (a copy of tools/gpu_check.sh)
 #
 # DIR (default .dev, ignored by git through .git/info/exclude) gets:
-#   bin/      the gpu-tagged C++ tests, device_bench, stoker_server,
+#   bundle.tar.xz  (xz: the whole folder stays under a lent machine's
+#             64 MiB transfer limit)
+#     bin/    the gpu-tagged C++ tests, device_bench, stoker_server,
 #             stoker_fetch, make_sample_shards (debug info stripped)
-#   lib.tar.xz  every shared library they and the extension load, except
+#     lib/    every shared library they and the extension load, except
 #             glibc and libstdc++/libgcc (the GPU machine's own are newer)
-#   py/stoker the Python package, its extension built against the CPython
-#             headers in --python_include (default: this machine's 3.11);
-#             the GPU machine's interpreter must be that CPython minor
-#             version
+#     py/stoker  the Python package, its extension built against the
+#             CPython headers in --python_include (default: this
+#             machine's 3.11); the GPU machine's interpreter must be that
+#             CPython minor version
 #   pylibs.txt  the libraries the extension needs (gpu_check.sh gives the
 #             Python process only these)
 #   photos/   the camera photos tools/photo_shards.py cuts the corpus from
@@ -45,7 +47,8 @@ if [ ! -d "$photos" ]; then
 fi
 
 tests=(//tests/client:convert_gpu_test //tests/client:device_loader_gpu_test
-       //tests/client:batch_ops_gpu_test //tests/client:host_replay_gpu_test)
+       //tests/client:batch_ops_gpu_test //tests/client:host_replay_gpu_test
+       //tests/client:output_pool_gpu_test)
 bins=(//client:device_bench //server:stoker_server //client:stoker_fetch
       //tools:make_sample_shards)
 bazel build "${tests[@]}" "${bins[@]}"
@@ -55,25 +58,25 @@ bazel build //client/python:stoker --define=PYTHON_INCLUDE="$include"
 bin="$(bazel info bazel-bin)"
 
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/py/stoker" "$out/photos"
+mkdir -p "$out/photos"
+staging="$(mktemp -d)"
+trap 'rm -rf "$staging"' EXIT
+mkdir -p "$staging/bin" "$staging/py/stoker" "$staging/lib"
 for t in "${tests[@]}" "${bins[@]}"; do
   path="${t#//}"
-  cp "$bin/${path/://}" "$out/bin/"
+  cp "$bin/${path/://}" "$staging/bin/"
 done
 cp "$bin"/client/python/stoker/*.py "$bin/client/python/stoker/_stoker.so" \
-  "$out/py/stoker/"
-chmod u+w "$out"/bin/* "$out"/py/stoker/*
-strip --strip-debug "$out"/bin/* "$out/py/stoker/_stoker.so"
+  "$staging/py/stoker/"
+chmod u+w "$staging"/bin/* "$staging"/py/stoker/*
+strip --strip-debug "$staging"/bin/* "$staging/py/stoker/_stoker.so"
 cp "$photos"/*.jpg "$out/photos/"
 cp tools/gpu_check.sh "$out/"
 
-ldd "$out/py/stoker/_stoker.so" | awk '/=>/ {print $1}' > "$out/pylibs.txt"
-staging="$(mktemp -d)"
-trap 'rm -rf "$staging"' EXIT
-mkdir "$staging/lib"
-ldd "$out"/bin/* "$out/py/stoker/_stoker.so" 2>/dev/null |
+ldd "$staging/py/stoker/_stoker.so" | awk '/=>/ {print $1}' > "$out/pylibs.txt"
+ldd "$staging"/bin/* "$staging/py/stoker/_stoker.so" 2>/dev/null |
   awk '/=>/ {print $3}' | sort -u |
   grep -vE '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s)\.so|ld-linux' |
   xargs -I{} cp -L {} "$staging/lib/"
-tar -C "$staging" -cf - lib | xz -T2 -6 > "$out/lib.tar.xz"
+tar -C "$staging" -cf - bin lib py | xz -T2 -6 > "$out/bundle.tar.xz"
 echo "gpu_bundle.sh: $(du -sh "$out" | cut -f1) in $out"

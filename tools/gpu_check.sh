@@ -5,7 +5,7 @@
 #   BUNDLE/gpu_check.sh [--out=DIR] [--python=PY] [--models=toy,resnet50]
 #
 #   1. the gpu-tagged C++ tests (convert_gpu_test, device_loader_gpu_test,
-#      batch_ops_gpu_test, host_replay_gpu_test);
+#      batch_ops_gpu_test, host_replay_gpu_test, output_pool_gpu_test);
 #   2. device_bench: pinned copy vs plain cudaMemcpy, the conversion kernel
 #      vs the device's memory bandwidth, the synthetic consumer's wait;
 #   3. the Python GPU tests (tests/python/loader_gpu_test.py, local servers
@@ -39,14 +39,15 @@ trap 'rm -rf "$work"' EXIT
 
 # Binaries see every bundled library; the Python process only those the
 # extension needs (torch brings its own).
-mkdir -p "$work/lib" "$work/pylib" "$work/bin" "$work/tmp"
-tar -xJf "$bundle/lib.tar.xz" -C "$work"
+mkdir -p "$work/pkg" "$work/pylib" "$work/bin" "$work/tmp"
+tar -xJf "$bundle/bundle.tar.xz" -C "$work/pkg"
 while read -r name; do
-  [ -e "$work/lib/$name" ] && ln -sf "$work/lib/$name" "$work/pylib/$name"
+  [ -e "$work/pkg/lib/$name" ] &&
+    ln -sf "$work/pkg/lib/$name" "$work/pylib/$name"
 done < "$bundle/pylibs.txt"
-for b in "$bundle"/bin/*; do
-  printf '#!/bin/bash\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$work/lib" "$b" \
-    > "$work/bin/$(basename "$b")"
+for b in "$work"/pkg/bin/*; do
+  printf '#!/bin/bash\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$work/pkg/lib" \
+    "$b" > "$work/bin/$(basename "$b")"
   chmod +x "$work/bin/$(basename "$b")"
 done
 export STOKER_SERVER_BIN="$work/bin/stoker_server"
@@ -58,7 +59,7 @@ export TEST_TMPDIR="$work/tmp"
 cat > "$work/bin/py" <<EOF
 #!/bin/bash
 LD_LIBRARY_PATH="$work/pylib" PYTHONUNBUFFERED=1 \\
-  PYTHONPATH="$bundle/py:$root/tests/python" exec "$python" -B "\$@"
+  PYTHONPATH="$work/pkg/py:$root/tests/python" exec "$python" -B "\$@"
 EOF
 chmod +x "$work/bin/py"
 py="$work/bin/py"
@@ -86,6 +87,8 @@ check batch_ops_gpu_test "$out/batch_ops_gpu_test.txt" \
   timeout 300 "$work/bin/batch_ops_gpu_test"
 check host_replay_gpu_test "$out/host_replay_gpu_test.txt" \
   timeout 300 "$work/bin/host_replay_gpu_test"
+check output_pool_gpu_test "$out/output_pool_gpu_test.txt" \
+  timeout 300 "$work/bin/output_pool_gpu_test"
 timeout 300 "$work/bin/device_bench" > "$out/device_bench.txt" 2>&1
 timeout 300 "$work/bin/device_bench" --dtype=bfloat16 --layout=NHWC \
   --consumer_us=5000 2>&1 | tail -n 3 >> "$out/device_bench.txt"

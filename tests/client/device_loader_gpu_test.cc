@@ -1,6 +1,7 @@
 // Needs a CUDA GPU (tagged "gpu"): the device loader's CUDA path.
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "client/device_loader.h"
 #include "gtest/gtest.h"
 #include "tests/client/fake_batch_source.h"
+#include "tests/client/field_batches.h"
 
 namespace stoker::client {
 namespace {
@@ -239,6 +241,94 @@ TEST_F(DeviceLoaderGpuTest, AcceptsPageableHostBatches) {
   }
   (*loader)->Stop();
 }
+
+// Requests with fields on the GPU: the image converted, masks and views
+// copied and class values widened into device memory, bytes values on the
+// host. Every field equals the CPU path's (which device_loader_test checks
+// value by value), with captions that fit the pinned slots and ones that go
+// through heap memory.
+class DeviceLoaderGpuFieldsTest
+    : public DeviceLoaderGpuTest,
+      public ::testing::WithParamInterface<std::tuple<DType, Layout>> {};
+
+TEST_P(DeviceLoaderGpuFieldsTest, EveryFieldEqualsTheHostPath) {
+  constexpr int kN = 6, kHeight = 40, kWidth = 56, kSmall = 8;
+  const size_t image = size_t{kN} * kHeight * kWidth * 3;
+  DeviceLoaderOptions gpu = Options(DeviceKind::kCuda, image);
+  gpu.convert.dtype = std::get<0>(GetParam());
+  gpu.convert.layout = std::get<1>(GetParam());
+  // Room for the masks and 64 caption bytes per sample: the 1000-byte
+  // captions and the two views per sample go through heap memory.
+  gpu.field_slot_bytes = size_t{kN} * kHeight * kWidth + kN * 64;
+  DeviceLoaderOptions cpu = gpu;
+  cpu.device = DeviceKind::kCpu;
+  ScriptedSource gpu_source, cpu_source;  // outlive the loaders
+  auto start = [&](const DeviceLoaderOptions& o, ScriptedSource* source) {
+    absl::StatusOr<std::unique_ptr<DeviceLoader>> loader =
+        DeviceLoader::Create(o);
+    EXPECT_TRUE(loader.ok()) << loader.status();
+    if (!loader.ok()) return std::unique_ptr<DeviceLoader>();
+    PixelAllocator* allocator = (*loader)->allocator();
+    for (int i = 0; i < 3; ++i) {
+      source->Add([=] {
+        return FieldsBatch(allocator, Spec(i, kN, kHeight, kWidth),
+                           i == 1 ? 1000 : 16);
+      });
+    }
+    for (bool repeats : {true, false}) {
+      source->Add([=] {
+        return ViewsBatch(allocator, Spec(3 + repeats, kN, kHeight, kWidth),
+                          repeats, kSmall);
+      });
+    }
+    source->Add([] { return absl::OutOfRangeError("end"); });
+    EXPECT_TRUE((*loader)->Start(source).ok());
+    return *std::move(loader);
+  };
+  std::unique_ptr<DeviceLoader> gpu_loader = start(gpu, &gpu_source);
+  std::unique_ptr<DeviceLoader> cpu_loader = start(cpu, &cpu_source);
+  ASSERT_TRUE(gpu_loader && cpu_loader);
+  for (int batch = 0; batch < 5; ++batch) {
+    SCOPED_TRACE(absl::StrFormat("batch %d", batch));
+    absl::StatusOr<DeviceBatch> g = gpu_loader->Next();
+    absl::StatusOr<DeviceBatch> c = cpu_loader->Next();
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE(g->Synchronize().ok());
+    ASSERT_EQ(g->info().fields.size(), c->info().fields.size());
+    EXPECT_EQ(g->labels() == nullptr, c->labels() == nullptr);
+    if (c->labels() != nullptr) {
+      EXPECT_EQ(LabelsToHost(*g),
+                std::vector<int64_t>(c->labels(), c->labels() + c->size()));
+    }
+    for (size_t i = 0; i < c->info().fields.size(); ++i) {
+      const FieldBatch& field = c->info().fields[i];
+      SCOPED_TRACE(field.name);
+      EXPECT_EQ(g->field_converted(i), c->field_converted(i));
+      ASSERT_EQ(g->field_bytes(i), c->field_bytes(i));
+      EXPECT_EQ(g->info().fields[i].offsets, field.offsets);
+      const auto* want = static_cast<const uint8_t*>(c->field_data(i));
+      std::vector<uint8_t> got(g->field_bytes(i));
+      if (field.role == v1::FIELD_ROLE_BYTES) {
+        std::memcpy(got.data(), g->field_data(i), got.size());
+      } else {
+        got = ToHost(g->field_data(i), g->field_bytes(i));
+      }
+      EXPECT_EQ(got, std::vector<uint8_t>(want, want + c->field_bytes(i)));
+    }
+  }
+  EXPECT_EQ(gpu_loader->Next().status().code(), absl::StatusCode::kOutOfRange);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, DeviceLoaderGpuFieldsTest,
+    ::testing::Values(std::tuple{DType::kFloat32, Layout::kNCHW},
+                      std::tuple{DType::kBFloat16, Layout::kNHWC},
+                      std::tuple{DType::kUint8, Layout::kNHWC}),
+    [](const auto& info) {
+      return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
+                             LayoutName(std::get<1>(info.param)));
+    });
 
 }  // namespace
 }  // namespace stoker::client

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <set>
@@ -15,7 +13,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "client/batch_ops.h"
 #include "client/convert.h"
 #include "client/cuda_runtime.h"
@@ -24,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/fake_batch_source.h"
+#include "tests/client/field_batches.h"
 
 namespace stoker::client {
 namespace {
@@ -510,109 +508,7 @@ TEST_F(DeviceLoaderTest, ParsesDeviceNames) {
 
 // --- Requests with fields ---
 
-// The request "image=jpg:image, a=cls:class, mask=seg.png:mask,
-// caption=txt:bytes, b=x:class" as the network loader delivers it: the
-// payload holds the image, then the 1-channel mask, then the captions.
 constexpr size_t kMaskBytes = size_t{kBatch} * kHeight * kWidth;
-
-uint8_t MaskPixel(int64_t index, size_t i) {
-  return static_cast<uint8_t>(index * 31 + i * 7);
-}
-
-std::string Caption(int64_t index, int i, size_t bytes) {
-  std::string out = absl::StrFormat("caption %d/%d ", index, i);
-  out.resize(bytes, static_cast<char>('a' + (index + i) % 26));
-  return out;
-}
-
-int32_t ClassA(int64_t index, int i) {
-  return static_cast<int32_t>(index * 10 + i);
-}
-
-// -1 (missing, kept) for sample 1.
-int32_t ClassB(int64_t index, int i) {
-  return i == 1 ? -1 : static_cast<int32_t>(index + 100 * i);
-}
-
-absl::StatusOr<HostBatch> FieldsBatch(PixelAllocator* allocator,
-                                      const FakeBatchSpec& spec,
-                                      size_t caption_bytes) {
-  HostBatch b = FakeBatchSource::Info(spec);
-  const size_t n = static_cast<size_t>(spec.n);
-  const size_t image = b.pixel_bytes();
-  const size_t mask = n * spec.height * spec.width;
-  const size_t captions = n * caption_bytes;
-  absl::StatusOr<PixelBuffer> pixels =
-      allocator->Allocate(image + mask + captions);
-  if (!pixels.ok()) return pixels.status();
-  b.pixels = *std::move(pixels);
-  const std::vector<uint8_t> want = FakeBatchSource::Pixels(spec);
-  std::copy(want.begin(), want.end(), b.pixels.data());
-  for (size_t i = 0; i < mask; ++i) {
-    b.pixels.data()[image + i] = MaskPixel(spec.batch_index, i);
-  }
-  FieldBatch f_image{"image", v1::FIELD_ROLE_IMAGE,
-                     {spec.n, spec.height, spec.width, spec.channels}};
-  f_image.data_size = image;
-  FieldBatch f_a{"a", v1::FIELD_ROLE_CLASS, {spec.n}};
-  FieldBatch f_mask{"mask", v1::FIELD_ROLE_MASK,
-                    {spec.n, spec.height, spec.width, 1}};
-  f_mask.data_offset = image;
-  f_mask.data_size = mask;
-  FieldBatch f_caption{"caption", v1::FIELD_ROLE_BYTES, {spec.n}};
-  f_caption.data_offset = image + mask;
-  f_caption.data_size = captions;
-  f_caption.offsets.push_back(0);
-  FieldBatch f_b{"b", v1::FIELD_ROLE_CLASS, {spec.n}};
-  for (int i = 0; i < spec.n; ++i) {
-    f_a.labels.push_back(ClassA(spec.batch_index, i));
-    f_b.labels.push_back(ClassB(spec.batch_index, i));
-    const std::string c = Caption(spec.batch_index, i, caption_bytes);
-    std::memcpy(b.pixels.data() + f_caption.data_offset + i * caption_bytes,
-                c.data(), c.size());
-    f_caption.offsets.push_back(static_cast<int64_t>((i + 1) * caption_bytes));
-  }
-  b.labels = f_a.labels;
-  b.fields = {f_image, f_a, f_mask, f_caption, f_b};
-  return b;
-}
-
-// Runs the scripted steps in order, then blocks until Cancel().
-class ScriptedSource : public BatchSource {
- public:
-  using Step = std::function<absl::StatusOr<HostBatch>()>;
-
-  void Add(Step step) {
-    absl::MutexLock lock(&mu_);
-    steps_.push_back(std::move(step));
-  }
-
-  absl::StatusOr<HostBatch> Next() override {
-    Step step;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](ScriptedSource* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return s->cancelled_ || !s->steps_.empty();
-          },
-          this));
-      if (cancelled_) return absl::CancelledError("scripted source cancelled");
-      step = std::move(steps_.front());
-      steps_.pop_front();
-    }
-    return step();
-  }
-
-  void Cancel() override {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<Step> steps_ ABSL_GUARDED_BY(mu_);
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 class DeviceLoaderFieldsTest : public DeviceLoaderTest {
  protected:
@@ -786,26 +682,9 @@ TEST_F(DeviceLoaderFieldsTest, ImageViewsTravelLikeMasks) {
   constexpr int kSmall = 4;
   const size_t view = size_t{kBatch} * kHeight * kWidth * 3;
   const size_t small = size_t{kBatch} * kSmall * kSmall * 3;
-  auto make = [&](bool repeats) -> absl::StatusOr<HostBatch> {
-    HostBatch b = FakeBatchSource::Info(Spec(0, repeats ? 0 : 1));
-    const size_t first = repeats ? 2 * view : view;
-    absl::StatusOr<PixelBuffer> pixels =
-        loader_->allocator()->Allocate(first + small);
-    if (!pixels.ok()) return pixels.status();
-    b.pixels = *std::move(pixels);
-    for (size_t i = 0; i < first + small; ++i) {
-      b.pixels.data()[i] = static_cast<uint8_t>(i * 13 + 5);
-    }
-    FieldBatch a{"a", v1::FIELD_ROLE_IMAGE,
-                 repeats ? std::vector<int>{kBatch, 2, kHeight, kWidth, 3}
-                         : std::vector<int>{kBatch, kHeight, kWidth, 3}};
-    a.data_size = first;
-    FieldBatch c{"c", v1::FIELD_ROLE_IMAGE, {kBatch, kSmall, kSmall, 3}};
-    c.data_offset = first;
-    c.data_size = small;
-    b.labels.clear();
-    b.fields = {a, c};
-    return b;
+  auto make = [&](bool repeats) {
+    return ViewsBatch(loader_->allocator(), Spec(0, repeats ? 0 : 1),
+                      repeats, kSmall);
   };
   DeviceLoaderOptions options = Options();
   options.convert.dtype = DType::kFloat32;
@@ -817,7 +696,7 @@ TEST_F(DeviceLoaderFieldsTest, ImageViewsTravelLikeMasks) {
     const auto* got = static_cast<const uint8_t*>(b.field_data(i));
     int wrong = 0;
     for (size_t k = 0; k < b.field_bytes(i); ++k) {
-      wrong += got[k] != static_cast<uint8_t>((offset + k) * 13 + 5);
+      wrong += got[k] != ViewsByte(offset + k);
     }
     EXPECT_EQ(wrong, 0) << b.info().fields[i].name;
   };

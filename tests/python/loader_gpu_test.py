@@ -6,6 +6,7 @@ import unittest
 
 import torch
 
+import fields_test
 import stoker
 import stoker_testing as st
 
@@ -171,6 +172,55 @@ class LoaderGpuTest(unittest.TestCase):
                 for (a, b), (c, d) in zip(got, reference):
                     self.assertTrue(torch.equal(a, c))
                     self.assertTrue(torch.equal(b, d))
+
+    def test_fields_on_cuda_equal_the_cpu_path(self):
+        # Masks (1 and 3 channels), views of one decode, text, bytes and
+        # class fields: copied, widened and converted on the GPU, they must
+        # equal the CPU path's (fields_test checks that one value by value).
+        server = st.Server(fields_test.write_shards())
+        requests = (
+            "image=jpg:image, mask=seg.png:mask:skip, rgb=rgb.png:mask:skip, "
+            "caption=txt:text, meta=json:bytes, label=cls:class",
+            "global=jpg:image:repeats=2, local=jpg:image:transform="
+            "RandomResizedCrop(16)|RandomHorizontalFlip():repeats=3, "
+            "label=cls:class")
+
+        def snapshot(batch):
+            return {k: v.cpu().clone() if torch.is_tensor(v) else v
+                    for k, v in batch.items()}
+        try:
+            for fields in requests:
+                for dtype, channels_last in ((torch.float32, False),
+                                             (torch.bfloat16, True)):
+                    with self.subTest(fields=fields, dtype=dtype):
+                        kwargs = dict(servers=server.address,
+                                      dataset="train",
+                                      transform=st.TRANSFORM, batch_size=4,
+                                      seed=5, fields=fields, dtype=dtype,
+                                      channels_last=channels_last)
+                        reference = [snapshot(b) for b in
+                                     stoker.Loader(device="cpu", **kwargs)]
+                        got = []
+                        for batch in stoker.Loader(device="cuda:0",
+                                                   **kwargs):
+                            for v in batch.values():
+                                if torch.is_tensor(v):
+                                    self.assertEqual(v.device,
+                                                     torch.device("cuda:0"))
+                            got.append(snapshot(batch))
+                        self.assertGreater(len(reference), 2)
+                        self.assertEqual(len(got), len(reference))
+                        for a, b in zip(got, reference):
+                            self.assertEqual(a.keys(), b.keys())
+                            for k in a:
+                                if torch.is_tensor(a[k]):
+                                    self.assertEqual(a[k].dtype, b[k].dtype)
+                                    self.assertTrue(torch.equal(a[k], b[k]),
+                                                    k)
+                                else:
+                                    self.assertEqual(a[k], b[k], k)
+        finally:
+            server.kill()
 
     def test_state_dict_round_trip_on_cuda(self):
         reference = [y.cpu() for _, y in make_loader(device="cuda")]
