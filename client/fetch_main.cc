@@ -339,8 +339,14 @@ absl::Status WriteFields(const std::string& dir, int64_t epoch,
       std::string text;
       switch (field.role) {
         case stoker::v1::FIELD_ROLE_IMAGE:
-        case stoker::v1::FIELD_ROLE_MASK: {
-          const int h = field.shape[1], w = field.shape[2], c = field.shape[3];
+        case stoker::v1::FIELD_ROLE_MASK:
+        case stoker::v1::FIELD_ROLE_VIDEO: {
+          // (n, [views or clips,] [frames,] h, w, c): a sample's views and
+          // frames are stacked top to bottom in one picture.
+          const size_t d = field.shape.size();
+          int h = field.shape[d - 3];
+          const int w = field.shape[d - 2], c = field.shape[d - 1];
+          for (size_t k = 1; k + 3 < d; ++k) h *= field.shape[k];
           size = static_cast<size_t>(h) * w * c;
           data = reinterpret_cast<const char*>(payload + field.data_offset +
                                                size * i);

@@ -36,6 +36,7 @@ class Placer {
         }
         [[fallthrough]];
       case v1::FIELD_ROLE_MASK:
+      case v1::FIELD_ROLE_VIDEO:
         s = PlaceFixed(f, place);
         break;
       case v1::FIELD_ROLE_CLASS:
@@ -85,11 +86,19 @@ class Placer {
   absl::Status PlaceFixed(const FieldBatch& f, FieldPlacement::Field& place) {
     size_t bytes = 1;
     for (int d : f.shape) bytes *= d < 0 ? 0 : static_cast<size_t>(d);
-    const bool views = f.role == v1::FIELD_ROLE_IMAGE && f.shape.size() == 5;
-    if ((f.shape.size() != 4 && !views) || f.shape[0] != host_.n ||
-        bytes != f.data_size) {
-      return Bad(f, views ? "is not (n, repeats, h, w, c) over its bytes"
-                          : "is not (n, h, w, c) over its bytes");
+    if (f.role == v1::FIELD_ROLE_VIDEO) {
+      if ((f.shape.size() != 5 && f.shape.size() != 6) ||
+          f.shape[0] != host_.n || bytes != f.data_size) {
+        return Bad(f, "is not (n, [clips,] frames, h, w, 3) over its bytes");
+      }
+    } else {
+      const bool views =
+          f.role == v1::FIELD_ROLE_IMAGE && f.shape.size() == 5;
+      if ((f.shape.size() != 4 && !views) || f.shape[0] != host_.n ||
+          bytes != f.data_size) {
+        return Bad(f, views ? "is not (n, repeats, h, w, c) over its bytes"
+                            : "is not (n, h, w, c) over its bytes");
+      }
     }
     place.kind = FieldPlacement::Kind::kFixed;
     place.offset = placement_.fixed_bytes;

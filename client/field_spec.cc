@@ -50,6 +50,51 @@ std::vector<absl::string_view> SplitOutsideParens(absl::string_view text,
   return parts;
 }
 
+// A video field's clip options: frames=, stride=, fps=, clips=,
+// sampler=random|uniform, short=pad|loop|skip.
+absl::Status ParseClipOption(absl::string_view field, const std::string& option,
+                             v1::FieldSpec* spec) {
+  v1::VideoClip& clip = *spec->mutable_clip();
+  const size_t eq = option.find('=');
+  const std::string key = option.substr(0, eq);
+  const std::string value =
+      eq == std::string::npos ? std::string() : option.substr(eq + 1);
+  if (key == "frames" || key == "stride" || key == "clips") {
+    absl::StatusOr<int> n =
+        Number(field, key, value, 1,
+               key == "stride" ? 1000 : key == "clips" ? 64 : 256);
+    if (!n.ok()) return n.status();
+    if (key == "frames") clip.set_frames(*n);
+    if (key == "stride") clip.set_stride(*n);
+    if (key == "clips") spec->set_repeats(*n);
+    return absl::OkStatus();
+  }
+  if (key == "fps") {
+    double fps = 0;
+    if (!absl::SimpleAtod(value, &fps) || !(fps > 0 && fps <= 1000)) {
+      return Bad(field, absl::StrCat("fps must be in (0, 1000], not '",
+                                     value, "'"));
+    }
+    clip.set_fps(fps);
+    return absl::OkStatus();
+  }
+  if (key == "sampler" && (value == "random" || value == "uniform")) {
+    clip.set_sampler(value == "random" ? v1::CLIP_SAMPLER_RANDOM
+                                       : v1::CLIP_SAMPLER_UNIFORM);
+    return absl::OkStatus();
+  }
+  if (key == "short" && (value == "pad" || value == "loop" || value == "skip")) {
+    clip.set_short_video(value == "pad"    ? v1::SHORT_VIDEO_PAD
+                         : value == "loop" ? v1::SHORT_VIDEO_LOOP
+                                           : v1::SHORT_VIDEO_SKIP);
+    return absl::OkStatus();
+  }
+  return Bad(field, absl::StrCat("unknown option '", option,
+                                 "' (a video takes frames=, stride=, fps=, "
+                                 "clips=, sampler=random|uniform, "
+                                 "short=pad|loop|skip, transform=, skip)"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<ParsedField>> ParseFields(absl::string_view text) {
@@ -84,16 +129,20 @@ absl::StatusOr<std::vector<ParsedField>> ParseFields(absl::string_view text) {
     } else if (role == "bytes" || role == "text") {
       field.spec.set_role(v1::FIELD_ROLE_BYTES);
       field.text = role == "text";
+    } else if (role == "video") {
+      field.spec.set_role(v1::FIELD_ROLE_VIDEO);
     } else {
       return Bad(name, absl::StrCat("unknown role '", parts[1],
-                                    "' (image, mask, class, bytes, text)"));
+                                    "' (image, video, mask, class, bytes, "
+                                    "text)"));
     }
     field.spec.set_missing(v1::MISSING_POLICY_ERROR);
     for (size_t i = 2; i < parts.size(); ++i) {
       const absl::string_view raw = absl::StripAsciiWhitespace(parts[i]);
       const std::string option = absl::AsciiStrToLower(raw);
       const bool mask = field.spec.role() == v1::FIELD_ROLE_MASK;
-      const bool image = field.spec.role() == v1::FIELD_ROLE_IMAGE;
+      const bool video = field.spec.role() == v1::FIELD_ROLE_VIDEO;
+      const bool image = field.spec.role() == v1::FIELD_ROLE_IMAGE || video;
       if (option == "error") {
         field.spec.set_missing(v1::MISSING_POLICY_ERROR);
       } else if (option == "skip") {
@@ -117,12 +166,24 @@ absl::StatusOr<std::vector<ParsedField>> ParseFields(absl::string_view text) {
                                         pipeline.status().message()));
         }
         *field.spec.mutable_transform() = *std::move(pipeline);
-      } else if (image && absl::StartsWith(option, "repeats=")) {
+      } else if (image && !video && absl::StartsWith(option, "repeats=")) {
         absl::StatusOr<int> n = Number(name, "repeats", option.substr(8), 1, 64);
         if (!n.ok()) return n.status();
         field.spec.set_repeats(*n);
+      } else if (video) {
+        if (absl::Status s = ParseClipOption(name, option, &field.spec);
+            !s.ok()) {
+          return s;
+        }
       } else {
         return Bad(name, absl::StrCat("unknown option '", parts[i], "'"));
+      }
+    }
+    if (field.spec.role() == v1::FIELD_ROLE_VIDEO) {
+      const v1::VideoClip& clip = field.spec.clip();
+      if (clip.frames() < 1) return Bad(name, "a video field needs frames=T");
+      if (clip.stride() > 0 && clip.fps() > 0) {
+        return Bad(name, "stride= and fps= exclude each other");
       }
     }
     fields.push_back(std::move(field));
@@ -151,6 +212,9 @@ std::string FormatFields(const std::vector<v1::FieldSpec>& specs) {
       case v1::FIELD_ROLE_BYTES:
         absl::StrAppend(&item, "bytes");
         break;
+      case v1::FIELD_ROLE_VIDEO:
+        absl::StrAppend(&item, "video");
+        break;
       default:
         absl::StrAppend(&item, "role", static_cast<int>(f.role()));
         break;
@@ -166,7 +230,26 @@ std::string FormatFields(const std::vector<v1::FieldSpec>& specs) {
     if (!f.transform().steps().empty()) {
       absl::StrAppend(&item, ":transform=", image::FormatTransform(f.transform()));
     }
-    if (f.repeats() > 1) absl::StrAppend(&item, ":repeats=", f.repeats());
+    if (f.role() == v1::FIELD_ROLE_VIDEO) {
+      const v1::VideoClip& clip = f.clip();
+      absl::StrAppend(&item, ":frames=", clip.frames());
+      if (clip.fps() > 0) {
+        absl::StrAppend(&item, ":fps=", clip.fps());
+      } else if (clip.stride() > 1) {
+        absl::StrAppend(&item, ":stride=", clip.stride());
+      }
+      if (f.repeats() > 1) absl::StrAppend(&item, ":clips=", f.repeats());
+      if (clip.sampler() == v1::CLIP_SAMPLER_UNIFORM) {
+        absl::StrAppend(&item, ":sampler=uniform");
+      }
+      if (clip.short_video() == v1::SHORT_VIDEO_LOOP) {
+        absl::StrAppend(&item, ":short=loop");
+      } else if (clip.short_video() == v1::SHORT_VIDEO_SKIP) {
+        absl::StrAppend(&item, ":short=skip");
+      }
+    } else if (f.repeats() > 1) {
+      absl::StrAppend(&item, ":repeats=", f.repeats());
+    }
     items.push_back(std::move(item));
   }
   return absl::StrJoin(items, ", ");
@@ -188,7 +271,8 @@ absl::StatusOr<size_t> FieldPayloadBytes(
   size_t mask_pixels = 0;
   for (const v1::FieldSpec& field : fields) {
     switch (field.role()) {
-      case v1::FIELD_ROLE_IMAGE: {
+      case v1::FIELD_ROLE_IMAGE:
+      case v1::FIELD_ROLE_VIDEO: {
         // Clients know no plugin or Python ops: the server checks those.
         absl::StatusOr<std::pair<int, int>> size = image::OutputSize(
             field.transform().steps().empty() ? transform : field.transform(),
@@ -200,8 +284,12 @@ absl::StatusOr<size_t> FieldPayloadBytes(
         }
         const size_t pixels = static_cast<size_t>(size->first) * size->second;
         if (mask_pixels == 0) mask_pixels = pixels;
+        const size_t frames =
+            field.role() == v1::FIELD_ROLE_VIDEO
+                ? static_cast<size_t>(std::max(1, field.clip().frames()))
+                : 1;
         bytes += batch * std::max(1, static_cast<int>(field.repeats())) *
-                 pixels * 3;
+                 frames * pixels * 3;
         break;
       }
       case v1::FIELD_ROLE_BYTES:

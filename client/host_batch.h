@@ -114,12 +114,19 @@ struct ServerTimings {
 struct FieldBatch {
   std::string name;
   v1::FieldRole role = v1::FIELD_ROLE_UNSPECIFIED;
-  // Image and mask: (n, height, width, channels). Class and bytes: (n).
+  // Image and mask: (n, height, width, channels); image views (n, repeats,
+  // height, width, 3); video (n, [clips,] frames, height, width, 3). Class
+  // and bytes: (n).
   std::vector<int> shape;
   std::vector<int32_t> labels;   // class: n values (-1 = missing, kept)
   std::vector<int64_t> offsets;  // bytes: n + 1 offsets, relative
   size_t data_offset = 0;
   size_t data_size = 0;
+  // Video: each frame's time in seconds (n x clips x frames), each video's
+  // frame rate (n), and the frames the server decoded for the batch.
+  std::vector<double> frame_times;
+  std::vector<double> video_fps;
+  int64_t frames_decoded = 0;
 };
 
 struct HostBatch {

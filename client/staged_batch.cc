@@ -17,6 +17,8 @@ const char* FieldRoleName(v1::FieldRole role) {
       return "class";
     case v1::FIELD_ROLE_BYTES:
       return "bytes";
+    case v1::FIELD_ROLE_VIDEO:
+      return "video";
     default:
       return "unspecified";
   }
@@ -151,12 +153,14 @@ absl::Status StagedBatch::ConvertFields(absl::Span<const uintptr_t> fields,
     const auto* src = static_cast<const uint8_t*>(batch_.field_data(i));
     if (out == nullptr || batch_.field_bytes(i) == 0) continue;
     absl::Status s;
-    if (f.role == v1::FIELD_ROLE_IMAGE && !batch_.field_converted(i)) {
-      // (n, [repeats,] h, w, 3): n * repeats images.
+    if ((f.role == v1::FIELD_ROLE_IMAGE && !batch_.field_converted(i)) ||
+        f.role == v1::FIELD_ROLE_VIDEO) {
+      // Views (n, [repeats,] h, w, 3) and videos (n, [clips,] frames, h, w,
+      // 3): the product of the leading dimensions is the number of images.
       const size_t d = f.shape.size();
       ImageShape views{f.shape[0], f.shape[d - 3], f.shape[d - 2],
                        f.shape[d - 1]};
-      if (d == 5) views.n *= f.shape[1];
+      for (size_t k = 1; k + 3 < d; ++k) views.n *= f.shape[k];
       s = cpu ? ConvertOnHost(src, views, output_, out)
               : ConvertOnDevice(src, views, output_, out, stream);
     } else if (f.role == v1::FIELD_ROLE_MASK ||

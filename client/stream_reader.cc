@@ -63,6 +63,27 @@ absl::StatusOr<FieldBatch> CheckField(const v1::FieldData& f, int n,
       }
       break;
     }
+    case v1::FIELD_ROLE_VIDEO: {
+      // (n, [clips,] frames, h, w, 3)
+      int64_t bytes = 1;
+      for (int d : field.shape) bytes = d < 0 ? -1 : bytes * d;
+      const size_t dims = field.shape.size();
+      if ((dims != 5 && dims != 6) || field.shape[dims - 1] != 3 ||
+          bytes != f.data_size()) {
+        return absl::DataLossError(absl::StrCat(
+            where, " is not (n, [clips,] frames, h, w, 3) over its bytes"));
+      }
+      const int64_t frames = bytes / (int64_t{3} * field.shape[dims - 2] *
+                                      field.shape[dims - 3]);
+      if (f.frame_times_size() != frames || f.video_fps_size() != n) {
+        return absl::DataLossError(
+            absl::StrCat(where, " lacks frame times or frame rates"));
+      }
+      field.frame_times.assign(f.frame_times().begin(), f.frame_times().end());
+      field.video_fps.assign(f.video_fps().begin(), f.video_fps().end());
+      field.frames_decoded = f.frames_decoded();
+      break;
+    }
     case v1::FIELD_ROLE_CLASS:
       if (f.labels_size() != n) {
         return absl::DataLossError(absl::StrCat(where, " lacks values"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -214,6 +215,26 @@ absl::Status SampleProcessor::ProcessViews(
     timings->transform_ns = t2 - t1;
   }
   return absl::OkStatus();
+}
+
+absl::Status SampleProcessor::ProcessFrame(DecodedImage& frame,
+                                           const SamplePlan& plan,
+                                           uint8_t* dst) {
+  if (dst == nullptr) return absl::InvalidArgumentError("null destination");
+  if (absl::Status s = CheckPlanShape(plan); !s.ok()) return s;
+  if (frame.scale_denom != 1 || frame.src_x0 != 0 || frame.src_y0 != 0 ||
+      frame.width != frame.full_width || frame.height != frame.full_height) {
+    return absl::InvalidArgumentError("a frame must be a whole image");
+  }
+  if (!WarpReadsInput(plan.source_warp, frame.width, frame.height)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan does not fit the ", frame.width, "x", frame.height,
+        " frame: no output pixel of its source warp maps inside it"));
+  }
+  std::swap(decoded_, frame);
+  absl::Status s = RunPlan(plan, dst, {});
+  std::swap(decoded_, frame);
+  return s;
 }
 
 absl::Status SampleProcessor::RunPlan(const SamplePlan& plan, uint8_t* dst,

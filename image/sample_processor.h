@@ -119,6 +119,13 @@ class SampleProcessor {
                             SampleTimings* timings,
                             absl::Span<const MaskJob> masks = {});
 
+  // Runs `plan` on an image that is already decoded (a video frame:
+  // image/video_decoder.h), as Process does after its decode: `frame` must
+  // be a whole image (scale 1, origin 0). `frame` is borrowed for the call
+  // and given back unchanged. Errors as Process's for the plan.
+  absl::Status ProcessFrame(DecodedImage& frame, const SamplePlan& plan,
+                            uint8_t* dst);
+
   // Bytes of buffers kept for the next sample (decode buffer, intermediate
   // images; each at most 64 MiB).
   int64_t kept_buffer_bytes() const {

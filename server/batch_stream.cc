@@ -124,6 +124,11 @@ struct BatchStream::Pending {
   std::vector<std::vector<int32_t>> classes;
   std::vector<std::vector<std::string>> bytes;
   std::vector<uint8_t> quiet;
+  // Video field: frame times [slot][clip][frame], frame rates [slot], and
+  // frames decoded.
+  std::vector<double> frame_times;
+  std::vector<double> video_fps;
+  std::atomic<int64_t> frames_decoded{0};
   // Requests without fields: the samples' trailing Python ops, run a chunk
   // of slots at a time (server/batched_tail.h).
   std::unique_ptr<BatchedTails> tails;
@@ -269,6 +274,10 @@ void BatchStream::ScheduleLocked() {
       batch->bytes.assign(setup_.fields->bytes_count,
                           std::vector<std::string>(n));
       batch->quiet.assign(n, 0);
+      if (setup_.fields->video >= 0) {
+        batch->frame_times.assign(n * VideoFramesPerSample(), 0.0);
+        batch->video_fps.assign(n, 0.0);
+      }
     } else {
       batch->tails = std::make_unique<BatchedTails>(n);
     }
@@ -471,6 +480,11 @@ absl::Status BatchStream::RunFieldSample(SampleWorker* worker, Pending* batch,
   for (std::vector<std::string>& values : batch->bytes) {
     targets.bytes.push_back(&values[slot]);
   }
+  if (layout.video >= 0) {
+    targets.frame_times =
+        batch->frame_times.data() + slot * VideoFramesPerSample();
+    targets.video_fps = &batch->video_fps[slot];
+  }
   const FieldSampleResult result = server::RunFieldSample(
       layout, DatasetOf(*batch, slot), batch->samples[slot], setup_.seed,
       EpochOf(*batch, slot), worker->processor, worker->fields, targets,
@@ -484,6 +498,8 @@ absl::Status BatchStream::RunFieldSample(SampleWorker* worker, Pending* batch,
                              std::memory_order_relaxed);
   batch->transform_ns.fetch_add(result.timings.transform_ns,
                                 std::memory_order_relaxed);
+  batch->frames_decoded.fetch_add(result.frames_decoded,
+                                  std::memory_order_relaxed);
   if (result.quiet_skip) batch->quiet[slot] = 1;
   if (result.status.ok() && layout.class_count > 0) {
     batch->labels[slot] = batch->classes[0][slot];
@@ -570,6 +586,16 @@ void BatchStream::FinishBatch(Pending* batch) {
     for (std::vector<std::string>& values : batch->bytes) {
       if (i != keep[i]) values[i] = std::move(values[keep[i]]);
     }
+    if (!batch->video_fps.empty() && i != keep[i]) {
+      const size_t per = VideoFramesPerSample();
+      batch->video_fps[i] = batch->video_fps[keep[i]];
+      std::copy_n(batch->frame_times.begin() + per * keep[i], per,
+                  batch->frame_times.begin() + per * i);
+    }
+  }
+  if (!batch->video_fps.empty()) {
+    batch->video_fps.resize(out);
+    batch->frame_times.resize(out * VideoFramesPerSample());
   }
   batch->samples.resize(out);
   batch->labels.resize(out);
@@ -740,6 +766,21 @@ void BatchStream::DescribeFields(Pending* batch, ReadyBatch* ready) {
         data->set_data_offset(fixed_offset[field.slot]);
         data->set_data_size(fixed_offset[field.slot + 1] -
                             fixed_offset[field.slot]);
+        break;
+      case v1::FIELD_ROLE_VIDEO:
+        if (field.repeats > 1) data->add_shape(field.repeats);
+        data->add_shape(field.frames);
+        data->add_shape(field.out_height);
+        data->add_shape(field.out_width);
+        data->add_shape(3);
+        data->set_data_offset(fixed_offset[field.slot]);
+        data->set_data_size(fixed_offset[field.slot + 1] -
+                            fixed_offset[field.slot]);
+        data->mutable_frame_times()->Add(batch->frame_times.begin(),
+                                         batch->frame_times.end());
+        data->mutable_video_fps()->Add(batch->video_fps.begin(),
+                                       batch->video_fps.end());
+        data->set_frames_decoded(batch->frames_decoded.load());
         break;
       case v1::FIELD_ROLE_CLASS: {
         const std::vector<int32_t>& values = batch->classes[field.slot];

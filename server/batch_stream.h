@@ -290,6 +290,11 @@ class BatchStream : public std::enable_shared_from_this<BatchStream> {
   // Adds the fields' descriptions (and the bytes fields' values) to a
   // finished batch.
   void DescribeFields(Pending* batch, ReadyBatch* ready);
+  // Video requests: clips x frames per sample (frame times kept per slot).
+  size_t VideoFramesPerSample() const {
+    const FieldLayout::Field& video = setup_.fields->fields[setup_.fields->video];
+    return static_cast<size_t>(video.repeats) * video.frames;
+  }
   void FinishBatch(Pending* batch);
   // Replay: fills `batch` from the first batch's pixels and labels and
   // marks it complete.

@@ -260,7 +260,8 @@ absl::StatusOr<std::shared_ptr<BatchStream>> DataService::OpenStream(
     const v1::StreamBatchesRequest& request, std::function<void()> on_ready,
     const std::string& job) {
   const StreamLimits limits{options_.max_batch_bytes, budget_->limit(),
-                            options_.processor.max_image_pixels};
+                            options_.processor.max_image_pixels,
+                            options_.video};
   const v1::EpochPlanSpec& request_plan = request.plan();
   // One dataset, or a mixture's sources in order.
   std::vector<const Dataset*> datasets;

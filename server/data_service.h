@@ -29,6 +29,7 @@
 #include "server/dataset.h"
 #include "server/memory_budget.h"
 #include "image/sample_processor.h"
+#include "image/video_decoder.h"
 #include "server/metrics.h"
 #include "server/prefetcher.h"
 #include "server/raw_cache.h"
@@ -60,6 +61,8 @@ struct DataServiceOptions {
   double max_memory_share_per_job = 1.0;
   BatchStreamOptions stream;
   image::SampleProcessorOptions processor;
+  // Checked before a video field's video is decoded.
+  image::VideoLimits video;
   // Assemble batches straight into the shared memory of clients on this
   // host that offer it (StreamBatchesRequest.shared_memory,
   // server/shared_region.h). Off: such requests get their pixels in the

@@ -455,7 +455,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Finish(
         "' hold no samples (no member named <key>.<extension>)"));
   }
   spdlog::info(
-      "dataset '{}': {} samples ({} defective) in {} shards, {} bytes, "
+      "dataset '{}': {} samples ({} defective for requests without "
+      "fields) in {} shards, {} bytes, "
       "fingerprint {}; {} damaged shards ({} bytes skipped), {} .tar files "
       "left out, {} other matches ignored",
       name, dataset->sample_count(), dataset->defective_samples(),

@@ -119,6 +119,18 @@ ABSL_FLAG(bool, dct_scaling, true,
 ABSL_FLAG(int64_t, max_image_pixels, stoker::image::kDefaultMaxImagePixels,
           "Images whose header claims more pixels are refused before "
           "decoding (reported as bad samples). Default: PIL's limit.");
+ABSL_FLAG(int64_t, video_max_pixels, stoker::image::VideoLimits().max_frame_pixels,
+          "Videos whose header claims larger frames are refused before "
+          "decoding (bad samples). Default 4096x2160.");
+ABSL_FLAG(int64_t, video_max_frames, stoker::image::VideoLimits().max_frames,
+          "Videos whose header claims more frames are refused (bad "
+          "samples). Default: two hours at 30 fps.");
+ABSL_FLAG(double, video_max_seconds,
+          stoker::image::VideoLimits().max_duration_s,
+          "Videos whose header claims a longer duration are refused (bad "
+          "samples).");
+ABSL_FLAG(int32_t, video_max_streams, stoker::image::VideoLimits().max_streams,
+          "Videos with more streams (of any kind) are refused (bad samples).");
 ABSL_FLAG(int64_t, max_memory_bytes, 0,
           "Memory budget in bytes for batch buffers and decode buffers; "
           "streams wait for memory beyond it. 0 = half of the machine's or "
@@ -451,6 +463,17 @@ absl::Status ReadBehaviour(Config* config) {
       absl::GetFlag(FLAGS_max_image_pixels);
   if (config->service.processor.max_image_pixels < 1) {
     return absl::InvalidArgumentError("--max_image_pixels must be >= 1");
+  }
+  stoker::image::VideoLimits& video = config->service.video;
+  video.max_frame_pixels = absl::GetFlag(FLAGS_video_max_pixels);
+  video.max_frames = absl::GetFlag(FLAGS_video_max_frames);
+  video.max_duration_s = absl::GetFlag(FLAGS_video_max_seconds);
+  video.max_streams = absl::GetFlag(FLAGS_video_max_streams);
+  if (video.max_frame_pixels < 1 || video.max_frames < 1 ||
+      !(video.max_duration_s > 0) || video.max_streams < 1) {
+    return absl::InvalidArgumentError(
+        "--video_max_pixels, --video_max_frames, --video_max_seconds and "
+        "--video_max_streams must be positive");
   }
   const std::string level = absl::GetFlag(FLAGS_log_level);
   config->log_level = spdlog::level::from_str(level);

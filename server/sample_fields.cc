@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "absl/strings/str_join.h"
 #include "common/random.h"
+#include "image/video_clip.h"
 #include "server/shard_reader.h"
 
 namespace stoker::server {
@@ -62,28 +63,12 @@ absl::Status NormalizeCommon(const std::string& where,
   return absl::OkStatus();
 }
 
-// An image field: its pipeline (its own or `transform`), size, views and
-// slot. `field` is to become layout.fields[layout.fields.size()].
-absl::Status PlaceImageField(
-    const std::string& where,
-    const std::shared_ptr<const image::Transform>& transform,
-    FieldLayout& layout, FieldLayout::Field& field) {
+// An image or video field's repeats (views or clips), pipeline (its own or
+// `transform`) and output size.
+absl::Status SetViews(const std::string& where,
+                      const std::shared_ptr<const image::Transform>& transform,
+                      FieldLayout::Field& field) {
   v1::FieldSpec& spec = field.spec;
-  if (layout.image >= 0) {
-    const v1::FieldSpec& first = layout.fields[layout.image].spec;
-    if (!std::equal(first.extensions().begin(), first.extensions().end(),
-                    spec.extensions().begin(), spec.extensions().end())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": image fields are views of one member and must "
-                 "name the same extensions as field '",
-          first.name(), "'"));
-    }
-  }
-  if (spec.missing() == v1::MISSING_POLICY_EMPTY) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": the image cannot be empty when missing "
-                            "(use skip or error)"));
-  }
   if (spec.repeats() == 0) spec.set_repeats(1);
   if (spec.repeats() < 1 || spec.repeats() > kMaxViews) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -102,6 +87,36 @@ absl::Status PlaceImageField(
   field.out_width = field.transform->output_size().width;
   field.out_height = field.transform->output_size().height;
   field.repeats = spec.repeats();
+  return absl::OkStatus();
+}
+
+// An image field: its pipeline (its own or `transform`), size, views and
+// slot. `field` is to become layout.fields[layout.fields.size()].
+absl::Status PlaceImageField(
+    const std::string& where,
+    const std::shared_ptr<const image::Transform>& transform,
+    FieldLayout& layout, FieldLayout::Field& field) {
+  v1::FieldSpec& spec = field.spec;
+  if (layout.video >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": a request with a video field has no image field"));
+  }
+  if (layout.image >= 0) {
+    const v1::FieldSpec& first = layout.fields[layout.image].spec;
+    if (!std::equal(first.extensions().begin(), first.extensions().end(),
+                    spec.extensions().begin(), spec.extensions().end())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": image fields are views of one member and must "
+                 "name the same extensions as field '",
+          first.name(), "'"));
+    }
+  }
+  if (spec.missing() == v1::MISSING_POLICY_EMPTY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the image cannot be empty when missing "
+                            "(use skip or error)"));
+  }
+  if (absl::Status s = SetViews(where, transform, field); !s.ok()) return s;
   field.first_view = layout.views;
   layout.views += field.repeats;
   if (layout.views > kMaxViews) {
@@ -112,6 +127,64 @@ absl::Status PlaceImageField(
   if (layout.image < 0) layout.image = static_cast<int>(layout.fields.size());
   field.sample_bytes = static_cast<size_t>(field.repeats) * field.out_width *
                        field.out_height * 3;
+  field.slot = layout.fixed_count++;
+  return absl::OkStatus();
+}
+
+// A video field: its clip, pipeline, size and slot; it is the batch's
+// image. `field` is to become layout.fields[layout.fields.size()].
+absl::Status PlaceVideoField(
+    const std::string& where,
+    const std::shared_ptr<const image::Transform>& transform,
+    FieldLayout& layout, FieldLayout::Field& field) {
+  v1::FieldSpec& spec = field.spec;
+  if (layout.video >= 0 || layout.image >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": a request has one video field and no image "
+                            "field beside it"));
+  }
+  if (spec.missing() == v1::MISSING_POLICY_EMPTY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the video cannot be empty when missing "
+                            "(use skip or error)"));
+  }
+  v1::VideoClip& clip = *spec.mutable_clip();
+  if (clip.frames() < 1 || clip.frames() > kMaxClipFrames) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": frames must be 1..", kMaxClipFrames, ", not ",
+                     clip.frames()));
+  }
+  if (clip.stride() > 1 && clip.fps() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": stride and fps exclude each other"));
+  }
+  if (clip.stride() == 0) clip.set_stride(1);
+  if (clip.stride() < 1 || clip.stride() > kMaxClipStride) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": stride must be 1..", kMaxClipStride, ", not ",
+                     clip.stride()));
+  }
+  if (!(clip.fps() >= 0 && clip.fps() <= 1000)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": fps must be in (0, 1000] (or 0 to use the stride), not ",
+        clip.fps()));
+  }
+  if (!v1::ClipSampler_IsValid(clip.sampler()) ||
+      !v1::ShortVideoPolicy_IsValid(clip.short_video())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": unknown clip sampler or short video policy"));
+  }
+  if (absl::Status s = SetViews(where, transform, field); !s.ok()) return s;
+  if (field.repeats * clip.frames() > kMaxSampleFrames) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": ", field.repeats, " clips of ", clip.frames(),
+        " frames is over ", kMaxSampleFrames, " frames per sample"));
+  }
+  field.frames = clip.frames();
+  layout.views = field.repeats;
+  layout.image = layout.video = static_cast<int>(layout.fields.size());
+  field.sample_bytes = static_cast<size_t>(field.repeats) * field.frames *
+                       field.out_width * field.out_height * 3;
   field.slot = layout.fixed_count++;
   return absl::OkStatus();
 }
@@ -144,9 +217,11 @@ absl::Status PlaceByRole(
     case v1::FIELD_ROLE_BYTES:
       field.slot = layout.bytes_count++;
       return absl::OkStatus();
+    case v1::FIELD_ROLE_VIDEO:
+      return PlaceVideoField(where, transform, layout, field);
     default:
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": role must be image, mask, class or bytes (got ",
+          where, ": role must be image, video, mask, class or bytes (got ",
           spec.role(), ")"));
   }
 }
@@ -167,7 +242,8 @@ void SizeFixedFields(FieldLayout& layout) {
     const int old = layout.fields[layout.image].slot;
     for (FieldLayout::Field& f : layout.fields) {
       const bool fixed = f.spec.role() == v1::FIELD_ROLE_IMAGE ||
-                         f.spec.role() == v1::FIELD_ROLE_MASK;
+                         f.spec.role() == v1::FIELD_ROLE_MASK ||
+                         f.spec.role() == v1::FIELD_ROLE_VIDEO;
       if (fixed && f.slot < old) ++f.slot;
     }
     layout.fields[layout.image].slot = 0;
@@ -216,7 +292,17 @@ absl::StatusOr<FieldLayout> MakeFieldLayout(
   }
   if (layout.image < 0) {
     return absl::InvalidArgumentError(
-        "the fields name no image (at least one field has role image)");
+        "the fields name no image (at least one field has role image or "
+        "video)");
+  }
+  if (layout.video >= 0) {
+    for (const FieldLayout::Field& f : layout.fields) {
+      if (f.spec.role() == v1::FIELD_ROLE_MASK) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("field '", f.spec.name(), "': masks do not go with "
+                         "a video field"));
+      }
+    }
   }
   SizeFixedFields(layout);
   return layout;
@@ -226,6 +312,7 @@ int64_t FieldScratch::kept_bytes() const {
   int64_t bytes = 0;
   for (const image::MaskImage& m : masks) bytes += m.pixels.capacity();
   for (const std::string& m : members) bytes += m.capacity();
+  if (video != nullptr) bytes += video->kept_bytes();
   return bytes;
 }
 
@@ -357,6 +444,93 @@ absl::Status WriteValueFields(const FieldLayout& layout,
   return absl::OkStatus();
 }
 
+absl::Status Prefixed(const FieldLayout::Field& field,
+                      const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("field '", field.spec.name(),
+                                                  "': ", status.message()));
+}
+
+// Decodes the video field's clips into its fixed slot: each clip's frames
+// from image::ClipFrames, one plan per clip (ViewKey) for all its frames,
+// one pass of the decoder over every clip's frames.
+absl::Status RunVideoField(const FieldLayout& layout, uint64_t key,
+                           image::SampleProcessor& processor,
+                           FieldScratch& scratch, const FieldTargets& targets,
+                           FieldSampleResult* result) {
+  const FieldLayout::Field& field = layout.fields[layout.video];
+  if (scratch.video == nullptr) {
+    scratch.video = std::make_unique<image::VideoDecoder>(layout.video_limits);
+  }
+  // The decoder stays open until the next video, so the memory it holds
+  // is what the worker's charge counts (FieldScratch::kept_bytes).
+  image::VideoDecoder& decoder = *scratch.video;
+  const int64_t t0 = common::SteadyNowNs();
+  const int64_t decoded_before = decoder.frames_decoded();
+  absl::StatusOr<image::VideoInfo> info =
+      decoder.Open(scratch.members[layout.video]);
+  if (!info.ok()) return Prefixed(field, info.status());
+  const int clips = field.repeats;
+  const int frames = field.frames;
+  // (source frame, output frame clip * frames + t), by source frame.
+  std::vector<std::pair<int64_t, int>> uses;
+  scratch.plans.resize(clips);
+  for (int c = 0; c < clips; ++c) {
+    const uint64_t clip_key = ViewKey(key, c);
+    // "CLIP" tags the start's key apart from the plan's.
+    absl::StatusOr<std::vector<int64_t>> sources = image::ClipFrames(
+        field.spec.clip(), info->frames, info->fps, c, clips,
+        common::HashCombine(clip_key, 0x434C495000000000ULL));
+    if (!sources.ok()) {
+      result->quiet_skip = absl::IsOutOfRange(sources.status());
+      return Prefixed(field, sources.status());
+    }
+    scratch.plans[c] =
+        field.transform->Plan(info->width, info->height, clip_key);
+    for (int t = 0; t < frames; ++t) {
+      uses.emplace_back((*sources)[t], c * frames + t);
+    }
+  }
+  std::sort(uses.begin(), uses.end());
+  std::vector<int64_t> wanted;
+  for (const auto& use : uses) {
+    if (wanted.empty() || wanted.back() != use.first) {
+      wanted.push_back(use.first);
+    }
+  }
+  const size_t frame_bytes =
+      static_cast<size_t>(field.out_width) * field.out_height * 3;
+  uint8_t* base = targets.fixed[field.slot];
+  size_t next_use = 0;
+  int64_t transform_ns = 0;
+  const absl::Status status = decoder.DecodeFrames(
+      wanted, [&](int64_t index, double time_s,
+                  image::DecodedImage& frame) -> absl::Status {
+        const int64_t t = common::SteadyNowNs();
+        for (; next_use < uses.size() && uses[next_use].first == index;
+             ++next_use) {
+          const int out = uses[next_use].second;
+          if (absl::Status s = processor.ProcessFrame(
+                  frame, scratch.plans[out / frames],
+                  base + frame_bytes * out);
+              !s.ok()) {
+            return s;
+          }
+          if (targets.frame_times != nullptr) {
+            targets.frame_times[out] = time_s;
+          }
+        }
+        transform_ns += common::SteadyNowNs() - t;
+        return absl::OkStatus();
+      });
+  result->timings.transform_ns = transform_ns;
+  result->timings.decode_ns = common::SteadyNowNs() - t0 - transform_ns;
+  result->frames_decoded = decoder.frames_decoded() - decoded_before;
+  if (!status.ok()) return Prefixed(field, status);
+  result->frames_delivered = static_cast<int64_t>(uses.size());
+  if (targets.video_fps != nullptr) *targets.video_fps = info->fps;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 FieldSampleResult RunFieldSample(const FieldLayout& layout,
@@ -376,6 +550,17 @@ FieldSampleResult RunFieldSample(const FieldLayout& layout,
       dataset.ReadMembers(record, members.to_read, members.outs, lookaside);
   result.read_ns = common::SteadyNowNs() - t0;
   if (!result.status.ok()) return result;
+
+  if (layout.video >= 0) {
+    result.status =
+        RunVideoField(layout, common::SampleKey(seed, epoch, sample),
+                      processor, scratch, targets, &result);
+    if (!result.status.ok()) return result;
+    const int64_t t1 = common::SteadyNowNs();
+    result.status = WriteValueFields(layout, members, scratch, targets);
+    result.timings.transform_ns += common::SteadyNowNs() - t1;
+    return result;
+  }
 
   // The image first: its plan drives the masks.
   const std::string& image_bytes = scratch.members[layout.image];

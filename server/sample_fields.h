@@ -22,6 +22,7 @@
 #include "image/mask.h"
 #include "image/ops/transform.h"
 #include "image/sample_processor.h"
+#include "image/video_decoder.h"
 #include "proto/stoker.pb.h"
 #include "server/dataset.h"
 
@@ -50,12 +51,17 @@ struct FieldLayout {
     // IMAGE: number of views of the earlier image fields (the first view of
     // this field is view `first_view` of the sample).
     int first_view = 0;
+    // VIDEO: frames per clip (repeats = clips per video).
+    int frames = 0;
     // Index among the fields of its kind: fixed (image and masks), class,
     // or bytes.
     int slot = 0;
   };
   std::vector<Field> fields;
-  int image = 0;  // index in `fields` of the first image field (the image)
+  // Index in `fields` of the first image field, or of the video field: the
+  // batch's image.
+  int image = 0;
+  int video = -1;  // index of the video field, -1 if none
   int views = 0;  // views per sample, over all image fields
   int fixed_count = 0;
   int class_count = 0;
@@ -65,22 +71,31 @@ struct FieldLayout {
   size_t fixed_sample_bytes = 0;
   // Masks whose header claims more pixels are refused before decoding.
   int64_t max_image_pixels = image::kDefaultMaxImagePixels;
+  // Checked before a video is decoded.
+  image::VideoLimits video_limits;
 };
 
 // Checks the request's fields; `transform` is the plan's pipeline (image
-// fields without their own use it). InvalidArgument naming the field: a bad
-// or duplicate name, no extension, an unspecified role, no image field,
-// image fields of different members, an image field that may be empty, a
-// bad view pipeline or repeats outside 1..kMaxViews, more than kMaxViews
-// views in all, mask channels outside 1..4 or fill outside 0..255, more
-// than kMaxFields fields. Extensions are lowercased and a leading dot
-// dropped.
+// and video fields without their own use it). InvalidArgument naming the
+// field: a bad or duplicate name, no extension, an unspecified role, no
+// image or video field, image fields of different members, an image or
+// video field that may be empty, a bad view pipeline or repeats outside
+// 1..kMaxViews, more than kMaxViews views in all, mask channels outside
+// 1..4 or fill outside 0..255, more than kMaxFields fields; a video field
+// beside an image, mask or other video field, or with frames, stride, fps
+// or frames per sample out of range. Extensions are lowercased and a
+// leading dot dropped.
 absl::StatusOr<FieldLayout> MakeFieldLayout(
     const google::protobuf::RepeatedPtrField<v1::FieldSpec>& specs,
     std::shared_ptr<const image::Transform> transform);
 
-// At most this many image views per sample.
+// At most this many image views (or video clips) per sample.
 inline constexpr int kMaxViews = 64;
+// At most this many frames per clip, and per sample over its clips.
+inline constexpr int kMaxClipFrames = 256;
+inline constexpr int kMaxSampleFrames = 1024;
+// At most this many source frames between a clip's frames.
+inline constexpr int kMaxClipStride = 1000;
 
 // The random key of view `view` of a sample: view 0 has the key of a
 // request without fields (common::SampleKey), the others keys of their own.
@@ -91,6 +106,8 @@ struct FieldScratch {
   std::vector<std::string> members;
   std::vector<image::SamplePlan> plans;
   std::vector<image::MaskImage> masks;  // per fixed field slot
+  // Video fields: the worker's decoder (made on first use).
+  std::unique_ptr<image::VideoDecoder> video;
 
   int64_t kept_bytes() const;
 };
@@ -100,6 +117,10 @@ struct FieldTargets {
   std::vector<uint8_t*> fixed;     // per fixed field, sample_bytes each
   std::vector<int32_t*> classes;   // per class field
   std::vector<std::string*> bytes; // per bytes field
+  // Video field: each delivered frame's time, clip by clip (repeats x
+  // frames values), and the video's frame rate.
+  double* frame_times = nullptr;
+  double* video_fps = nullptr;
 };
 
 struct FieldSampleResult {
@@ -108,6 +129,9 @@ struct FieldSampleResult {
   bool quiet_skip = false;
   int64_t read_ns = 0;
   image::SampleTimings timings;
+  // Video field: frames the decoder produced and frames delivered.
+  int64_t frames_decoded = 0;
+  int64_t frames_delivered = 0;
 };
 
 // Reads, decodes and transforms one sample's fields into `targets`, with one

@@ -60,6 +60,9 @@ SampleGrouper::ParsedName SampleGrouper::Parse(absl::string_view name) {
     out.format = ImageFormat::kWebp;
   } else if (ext == "cls") {
     out.kind = Kind::kLabel;
+  } else if (ext == "mp4" || ext == "mkv" || ext == "webm" || ext == "mov" ||
+             ext == "avi") {
+    out.kind = Kind::kVideo;
   } else {
     out.kind = Kind::kOther;
   }

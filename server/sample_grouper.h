@@ -11,9 +11,12 @@
 // ("dir/name"), and the extension is everything after that dot
 // ("ext1.ext2", lowercased). Leading "./" and "/" are dropped from the path.
 // Members whose last component starts with '.', has no '.' or ends in it are
-// ignored. A sample is the set of members sharing a key that has an image
-// or a label member:
+// ignored. A sample is the set of members sharing a key that has an image,
+// a video or a label member:
 //   - image member: extension "jpg", "jpeg", "png" or "webp";
+//   - video member: extension "mp4", "mkv", "webm", "mov" or "avi" (read by
+//     video fields; a request without fields finds no image in a sample
+//     that has only a video);
 //   - label member: extension "cls".
 // Members of a key with neither (e.g. a stray README.txt) wait; they join
 // the sample if an image or label member of their key comes later, and are
@@ -153,7 +156,7 @@ class SampleGrouper {
   Result Finish(absl::string_view truncation) &&;
 
  private:
-  enum class Kind { kIgnored, kImage, kLabel, kOther };
+  enum class Kind { kIgnored, kImage, kLabel, kVideo, kOther };
   // A member name parsed by the WebDataset rule.
   struct ParsedName {
     Kind kind = Kind::kIgnored;

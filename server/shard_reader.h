@@ -15,12 +15,13 @@
 // ("dir/name"), and the extension is everything after that dot
 // ("ext1.ext2", compared case-insensitively). Members whose last component
 // starts with '.' or has no '.' are ignored. A sample is the set of members
-// sharing a key that has an image or a label member:
+// sharing a key that has an image, a video or a label member:
 //   - image member: extension "jpg", "jpeg", "png" or "webp";
+//   - video member: "mp4", "mkv", "webm", "mov" or "avi";
 //   - label member: extension "cls", decimal integer text such as "7\n".
 // Every member of a sample is recorded (SampleRecord::members) for requests
-// that name their fields (seg.png, txt, json, ...); keys with neither an
-// image nor a label member (e.g. a stray README.txt) are not samples. A
+// that name their fields (seg.png, txt, json, ...); keys with none of those
+// members (e.g. a stray README.txt) are not samples. A
 // sample without both is defective for the classic request only.
 //
 // Indexing (ShardIndex) is a TarScanner (server/tar_scanner.h) feeding a

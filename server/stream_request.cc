@@ -32,6 +32,7 @@ absl::Status SetOutputs(const v1::EpochPlanSpec& plan,
         MakeFieldLayout(plan.fields(), spec->transform);
     if (!layout.ok()) return layout.status();
     layout->max_image_pixels = limits.max_image_pixels;
+    layout->video_limits = limits.video;
     // The batch's shape is the image field's (the first image field).
     const FieldLayout::Field& image = layout->fields[layout->image];
     spec->transform = image.transform;

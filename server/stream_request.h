@@ -34,6 +34,8 @@ struct StreamLimits {
   int64_t memory_limit = 0;
   // Pixel limit of every decoded image (FieldLayout::max_image_pixels).
   int64_t max_image_pixels = 0;
+  // Video fields' limits (FieldLayout::video_limits).
+  image::VideoLimits video;
 };
 
 // What a valid request asks for.

@@ -427,7 +427,12 @@ TEST_F(FieldsTest, BadFieldRequestsAreRefusedWithTheReason) {
            {"m=seg.png:mask", "no image"},
            {"image=jpg:image:empty", "cannot be empty"},
            {"image=jpg:image, image=txt:bytes", "appears twice"},
-           {"9x=jpg:image", "a name is"}}) {
+           {"9x=jpg:image", "a name is"},
+           {"v=mp4:video:frames=4, i=jpg:image", "no image field"},
+           {"i=jpg:image, v=mp4:video:frames=4", "no image field beside it"},
+           {"v=mp4:video:frames=4, m=seg.png:mask", "masks do not go with"},
+           {"v=mp4:video:frames=200:clips=8", "frames per sample"},
+           {"v=mp4:video:frames=4:empty", "cannot be empty"}}) {
     client::LoaderOptions options = Options(fields);
     options.unavailable_deadline = absl::Seconds(1);
     auto loader = client::Loader::Create(options);
@@ -442,7 +447,11 @@ TEST_F(FieldsTest, BadFieldRequestsAreRefusedWithTheReason) {
        {"image=jpg;png:image, mask=seg.png:mask:skip:channels=3:fill=7, "
         "c=cls:class:empty, t=txt:text",
         "g=jpg:image:repeats=2, l=JPG:image:transform=RandomResizedCrop(96, "
-        "scale=(0.05, 0.4))|RandomHorizontalFlip():repeats=6"}) {
+        "scale=(0.05, 0.4))|RandomHorizontalFlip():repeats=6",
+        "v=mp4;webm:video:frames=8:fps=12.5:clips=3:sampler=uniform:"
+        "short=loop:transform=RandomResizedCrop(64)|RandomHorizontalFlip():"
+        "skip, c=cls:class",
+        "v=mkv:video:frames=16:stride=4:short=skip"}) {
     auto parsed = client::ParseFields(text);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     const std::vector<v1::FieldSpec> specs = client::FieldSpecs(*parsed);
@@ -460,6 +469,14 @@ TEST_F(FieldsTest, BadFieldRequestsAreRefusedWithTheReason) {
   EXPECT_FALSE(client::ParseFields("image=jpg").ok());
   EXPECT_FALSE(client::ParseFields("image=jpg:picture").ok());
   EXPECT_FALSE(client::ParseFields("m=png:mask:channels=5").ok());
+  for (const char* bad :
+       {"v=mp4:video", "v=mp4:video:frames=0", "v=mp4:video:frames=4:fps=0",
+        "v=mp4:video:frames=4:sampler=bogus", "v=mp4:video:frames=4:short=x",
+        "v=mp4:video:frames=4:clips=65", "v=mp4:video:frames=4:color=1"}) {
+    EXPECT_EQ(client::ParseFields(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 }  // namespace

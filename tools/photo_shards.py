@@ -80,7 +80,8 @@ def _sample(args):
     return f"{index:08d}", out.getvalue(), rng.randrange(num_classes)
 
 
-def _add(tar, name, data):
+def add_member(tar, name, data):
+    """Adds a regular file (mode 644, mtime 0: shards are reproducible)."""
     info = tarfile.TarInfo(name)
     info.size = len(data)
     info.mtime = 0
@@ -129,8 +130,8 @@ def main():
             with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
                 for _ in range(args.samples_per_shard):
                     key, jpeg, label = next(samples)
-                    _add(tar, key + ".jpg", jpeg)
-                    _add(tar, key + ".cls", str(label).encode())
+                    add_member(tar, key + ".jpg", jpeg)
+                    add_member(tar, key + ".cls", str(label).encode())
                     nbytes += len(jpeg)
     print(f"photo_shards: {total} JPEGs from {len(paths)} photos, "
           f"{nbytes / total / 1e3:.0f} kB each on average, in "

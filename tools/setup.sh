@@ -38,6 +38,11 @@ PACKAGES=(
   # The server image (deploy/build_image.sh, tests/python/image_test.py):
   # buildah builds it, mmdebstrap makes its base where no registry answers.
   buildah mmdebstrap
+  # Video fields: FFmpeg's libraries for the server (image/video_decoder.h);
+  # the ffmpeg CLI makes the test and benchmark videos, and PyAV
+  # (python3-av) is the tests' reference decoder and the benchmark's peer.
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg
+  python3-av
   # The cluster in a box (tests/testing/netcluster.py): namespaces, links
   # and qdiscs (iproute2), the DNS server of the headless-Service tests.
   iproute2 dnsmasq-base

@@ -51,7 +51,7 @@ fi
 # leak, sanitizer report, failed property check, timeout or memory blow-up
 # fails the suite; its scratch directory (log and reproducer) is kept.
 fuzz_seconds="${STOKER_FUZZ_SECONDS:-60}"
-fuzzers=(shard_reader shard_index_file image transform_spec data_service)
+fuzzers=(shard_reader shard_index_file image transform_spec data_service video)
 if [ "$fuzz_seconds" -gt 0 ]; then
   fuzz_targets=()
   for f in "${fuzzers[@]}"; do fuzz_targets+=("//tests/fuzz:${f}_fuzzer"); done

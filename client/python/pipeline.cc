@@ -50,9 +50,18 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "prefetch must be >= 1, got ", resolved.loader.prefetch_batches));
   }
+  // The batch's image is the first image or video field's (with its own
+  // pipeline, if it has one).
+  const v1::TransformPipeline* image_transform = &resolved.loader.transform;
+  for (const v1::FieldSpec& f : resolved.loader.fields) {
+    if (f.role() != v1::FIELD_ROLE_IMAGE && f.role() != v1::FIELD_ROLE_VIDEO) {
+      continue;
+    }
+    if (!f.transform().steps().empty()) image_transform = &f.transform();
+    break;
+  }
   absl::StatusOr<std::pair<int, int>> size =
-      image::OutputSize(resolved.loader.transform,
-                        image::kClientTransformChecks);
+      image::OutputSize(*image_transform, image::kClientTransformChecks);
   if (!size.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("transform: ", size.status().message()));

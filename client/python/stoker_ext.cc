@@ -244,6 +244,25 @@ py::dict BatchInfo(const DeviceBatch& batch) {
   d["labels"] = info.labels;
   d["server"] = info.server;
   d["skipped"] = skipped;
+  // Video fields: per sample, the frame times (clip by clip) and the frame
+  // rate; the frames the servers decoded for the batch.
+  for (const FieldBatch& f : info.fields) {
+    if (f.role != v1::FIELD_ROLE_VIDEO) continue;
+    if (!d.contains("video")) d["video"] = py::dict();
+    const size_t per =
+        info.n > 0 ? f.frame_times.size() / static_cast<size_t>(info.n) : 0;
+    py::list times;
+    for (int i = 0; i < info.n; ++i) {
+      times.append(std::vector<double>(f.frame_times.begin() + per * i,
+                                       f.frame_times.begin() + per * (i + 1)));
+    }
+    py::dict v;
+    v["frame_times"] = times;
+    v["fps"] = f.video_fps;
+    v["frames_decoded"] = f.frames_decoded;
+    v["frames_delivered"] = static_cast<int64_t>(f.frame_times.size());
+    d["video"].cast<py::dict>()[py::str(f.name)] = v;
+  }
   const BatchOpsParams& ops = batch.batch_ops();
   if (!ops.erase.empty()) {
     py::list erase;

@@ -424,7 +424,40 @@ def shard_index_corpus():
     write("shard_index_file", "empty_shard", index(0, "version: 1"))
 
 
+# ---- video: 4 parameter bytes (see video_fuzz.cc), then the video ---------
+
+
+def video_corpus():
+    """Tiny clips (32x24, 12 frames, a keyframe every 4) in every demuxer
+    and codec the decoder allows; Debian's ffmpeg makes them."""
+    encodings = {
+        "h264_mp4": ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-f", "mp4"],
+        "h264_faststart_mp4": ["-c:v", "libx264", "-pix_fmt", "yuv420p",
+                               "-movflags", "+faststart", "-f", "mp4"],
+        "hevc_mkv": ["-c:v", "libx265", "-pix_fmt", "yuv420p",
+                     "-x265-params", "log-level=none", "-f", "matroska"],
+        "vp9_webm": ["-c:v", "libvpx-vp9", "-pix_fmt", "yuv420p",
+                     "-deadline", "realtime", "-f", "webm"],
+        "vp8_webm": ["-c:v", "libvpx", "-f", "webm"],
+        "av1_mkv": ["-c:v", "libaom-av1", "-cpu-used", "8", "-f", "matroska"],
+        "mpeg4_avi": ["-c:v", "mpeg4", "-f", "avi"],
+    }
+    params = [bytes([3, 1, 0, 15]), bytes([7, 2, 64, 31]),
+              bytes([0, 0, 200, 0])]
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (name, args) in enumerate(sorted(encodings.items())):
+            out = os.path.join(tmp, name)
+            subprocess.run(
+                ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+                 "testsrc2=size=32x24:rate=10:duration=1.2", "-g", "4",
+                 "-threads", "1", "-fflags", "+bitexact", "-flags:v",
+                 "+bitexact", *args, out], check=True)
+            with open(out, "rb") as f:
+                write("video", name, params[i % len(params)] + f.read())
+
+
 def main():
+    video_corpus()
     image_corpus()
     shard_corpus()
     shard_index_corpus()

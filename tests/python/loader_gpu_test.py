@@ -1,7 +1,9 @@
 """stoker.Loader with device="cuda" (Bazel tag "gpu": needs a CUDA GPU and a
 CUDA build of PyTorch; fails, rather than skips, without them)."""
 
+import io
 import os
+import tarfile
 import unittest
 
 import torch
@@ -219,6 +221,56 @@ class LoaderGpuTest(unittest.TestCase):
                                                     k)
                                 else:
                                     self.assertEqual(a[k], b[k], k)
+        finally:
+            server.kill()
+
+    def test_video_clips_on_cuda_equal_the_cpu_path(self):
+        # The fuzz target's seed videos (every demuxer and codec the server
+        # allows), two clips per video, converted on the GPU.
+        seeds = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "..", "fuzz", "corpus", "video")
+        shard = os.path.join(st.temp_dir("video_shards"), "video-0.tar")
+        extension = {"mp4": "mp4", "mkv": "mkv", "webm": "webm",
+                     "avi": "avi"}
+        with tarfile.open(shard, "w") as tar:
+            for i, name in enumerate(sorted(os.listdir(seeds))):
+                with open(os.path.join(seeds, name), "rb") as f:
+                    video = f.read()[4:]  # the fuzz parameters
+                ext = extension[name.rsplit("_", 1)[1]]
+                for member, data in ((f"{name}.{ext}", video),
+                                     (f"{name}.cls", f"{i}\n".encode())):
+                    info = tarfile.TarInfo(member)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        server = st.Server(shard)
+        try:
+            for dtype, channels_last in ((torch.float32, False),
+                                         (torch.bfloat16, True)):
+                with self.subTest(dtype=dtype):
+                    kwargs = dict(
+                        servers=server.address, dataset="train",
+                        transform="RandomResizedCrop(16)|"
+                                  "RandomHorizontalFlip()",
+                        batch_size=3, seed=9, dtype=dtype,
+                        channels_last=channels_last,
+                        fields="video=mp4;mkv;webm;avi:video:frames=4:"
+                               "stride=2:clips=2, label=cls:class")
+                    reference = [
+                        {k: v.clone() for k, v in b.items()}
+                        for b in stoker.Loader(device="cpu", **kwargs)]
+                    got = []
+                    for batch in stoker.Loader(device="cuda:0", **kwargs):
+                        self.assertEqual(batch["video"].device,
+                                         torch.device("cuda:0"))
+                        got.append({k: v.cpu() for k, v in batch.items()})
+                    self.assertEqual(sum(len(b["label"]) for b in got),
+                                     len(os.listdir(seeds)))
+                    self.assertEqual(len(got), len(reference))
+                    for a, b in zip(got, reference):
+                        self.assertEqual(a["video"].shape[1:],
+                                         (2, 4, 3, 16, 16))
+                        self.assertTrue(torch.equal(a["video"], b["video"]))
+                        self.assertTrue(torch.equal(a["label"], b["label"]))
         finally:
             server.kill()
 

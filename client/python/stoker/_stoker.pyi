@@ -40,7 +40,7 @@ class _Field(TypedDict):
     """One entry of parse_fields' result (client/field_spec.h)."""
 
     name: str
-    role: str  # "image", "mask", "class", "bytes" or "text"
+    role: str  # "image", "video", "mask", "class", "bytes" or "text"
     missing: str  # "error", "skip" or "empty"
     channels: int
     repeats: int

@@ -349,18 +349,20 @@ def _fields_arg(
         if field["name"] in names:
             raise _invalid(f"fields: field '{field['name']}' appears twice")
         names.add(field["name"])
-    if not any(f["role"] == "image" for f in parsed):
+    if not any(f["role"] in ("image", "video") for f in parsed):
         raise _invalid("fields: no image field (at least one field has role "
-                       "image, e.g. image=jpg;png:image)")
+                       "image or video, e.g. image=jpg;png:image)")
     return fields, parsed
 
 
 def _image_field(parsed: list[_stoker._Field]) -> str | None:
     """The field that is "the image" (converted, erased and mixed like the
     images of a request without fields): the first image field, unless it
-    has views of its own (repeats=, transform=); else None."""
-    first = next(f for f in parsed if f["role"] == "image")
-    if first["repeats"] == 1 and not first["own_transform"]:
+    has views of its own (repeats=, transform=); else None (also for a
+    video)."""
+    first = next(f for f in parsed if f["role"] in ("image", "video"))
+    if (first["role"] == "image" and first["repeats"] == 1
+            and not first["own_transform"]):
         return first["name"]
     return None
 
@@ -655,6 +657,18 @@ class Loader:
              member (option empty). With MixUp / CutMix the first class
              field holds the soft targets (as `labels` above) and
              info["labels"] its hard values.
+      video  the clips of a video field (NAME=mp4;webm:video:frames=T
+             [:stride=S | :fps=F][:clips=C][:sampler=random|uniform]
+             [:short=pad|loop|skip][:transform=...]), decoded on the
+             servers, each clip's crop, flip and colour ops drawn once and
+             applied to all its frames, converted like the images (dtype,
+             mean / std; each frame laid out as channels_last says):
+             (N, T, 3, H, W), or (N, C, T, 3, H, W) with clips=C; with
+             video_layout="CTHW" the same tensor viewed as (N, [C,] 3, T,
+             H, W). iter_with_info()'s info["video"][name] has each
+             sample's frame times in seconds (clip by clip), each video's
+             frame rate and the frames the servers decoded. Not erased or
+             mixed; no mask fields beside it.
       bytes  list[bytes], the member's bytes untouched.
       text   list[str]: the bytes decoded as UTF-8 with
              errors="surrogateescape", so nothing is lost: invalid bytes
@@ -702,6 +716,7 @@ class Loader:
                  label_smoothing: float = 0.0,
                  num_classes: int | None = None, fields: str | None = None,
                  fields_as_tuple: bool = False,
+                 video_layout: Literal["TCHW", "CTHW"] = "TCHW",
                  shards: str | os.PathLike[str] | None = None,
                  local_cores: int | Sequence[int] | None = None,
                  local_servers: int = 1,
@@ -747,6 +762,10 @@ class Loader:
         if fields_text is not None:
             settings.fields = fields_text
         self._fields_as_tuple = bool(fields_as_tuple)
+        if video_layout not in ("TCHW", "CTHW"):
+            raise _invalid("video_layout must be 'TCHW' or 'CTHW', got "
+                           f"{video_layout!r}")
+        self._video_layout = video_layout
         if self._fields_as_tuple and self._fields is None:
             raise _invalid("fields_as_tuple=True needs fields")
         settings.seed = _int_arg("seed", seed, 0, 2**64 - 1)
@@ -1052,6 +1071,15 @@ class Loader:
             tensor = tensor.view(shape[0], shape[1], c, h, w)
         return tensor
 
+    def _allocate_video(self, shape: Sequence[int]) -> torch.Tensor:
+        """A tensor for a video field: received shape (n, [clips,] t, h, w,
+        3); logical (n, [clips,] t, 3, h, w), each frame laid out like the
+        images (the data order video_layout="CTHW" views differently)."""
+        h, w, c = shape[-3:]
+        frames = math.prod(shape[:-3])
+        tensor = self._allocate_images((frames, c, h, w))
+        return tensor.view(*shape[:-3], c, h, w)
+
     def _convert(
             self, staged: _stoker.StagedBatch
     ) -> (tuple[torch.Tensor, torch.Tensor] | tuple[_FieldValue, ...]
@@ -1086,6 +1114,11 @@ class Loader:
             elif role == "image":
                 value = self._allocate_views(shape)
                 address = value.data_ptr()
+            elif role == "video":
+                value = self._allocate_video(shape)
+                address = value.data_ptr()
+                if self._video_layout == "CTHW":
+                    value = value.movedim(-3, -4)
             elif role == "mask":
                 value = torch.empty(shape, dtype=torch.uint8,
                                     device=self._device)
