@@ -213,6 +213,8 @@ class DeviceBatch {
   //          field_converted(i) is true for it and only for it. Any other
   //          image field (more views per sample: shape (n, repeats, h, w,
   //          3), or views of another size) is uint8 NHWC like a mask;
+  //   video  uint8 (n, [clips,] frames, h, w, 3), like a mask (the Python
+  //          loader converts its frames like views);
   //   mask   the uint8 NHWC pixels of info().fields[i].shape, in the same
   //          kind of memory as data() (masks and views start 256-byte
   //          aligned);

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -71,8 +72,8 @@ absl::Status ParseClipOption(absl::string_view field, const std::string& option,
   }
   if (key == "fps") {
     double fps = 0;
-    if (!absl::SimpleAtod(value, &fps) || !(fps > 0 && fps <= 1000)) {
-      return Bad(field, absl::StrCat("fps must be in (0, 1000], not '",
+    if (!absl::SimpleAtod(value, &fps) || !(fps >= 0.01 && fps <= 1000)) {
+      return Bad(field, absl::StrCat("fps must be in [0.01, 1000], not '",
                                      value, "'"));
     }
     clip.set_fps(fps);
@@ -234,7 +235,8 @@ std::string FormatFields(const std::vector<v1::FieldSpec>& specs) {
       const v1::VideoClip& clip = f.clip();
       absl::StrAppend(&item, ":frames=", clip.frames());
       if (clip.fps() > 0) {
-        absl::StrAppend(&item, ":fps=", clip.fps());
+        // Every digit: the text is part of the plan's identity.
+        absl::StrAppend(&item, ":fps=", absl::StrFormat("%.17g", clip.fps()));
       } else if (clip.stride() > 1) {
         absl::StrAppend(&item, ":stride=", clip.stride());
       }

@@ -1,6 +1,7 @@
 #include "client/stream_reader.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include <string>
 #include <utility>
@@ -33,6 +34,17 @@ bool StreamReader::Read() { return reader_->Read(&message_); }
 
 namespace {
 
+// Bytes of a uint8 array of `shape` (n, then dimensions of at least 1), or
+// -1 if a dimension is out of range or the product overflows.
+int64_t ShapeBytes(const std::vector<int>& shape) {
+  int64_t bytes = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < (d == 0 ? 0 : 1)) return -1;
+    if (__builtin_mul_overflow(bytes, int64_t{shape[d]}, &bytes)) return -1;
+  }
+  return bytes;
+}
+
 // A received field description, checked against the batch it came with.
 absl::StatusOr<FieldBatch> CheckField(const v1::FieldData& f, int n,
                                       size_t payload) {
@@ -53,11 +65,11 @@ absl::StatusOr<FieldBatch> CheckField(const v1::FieldData& f, int n,
   switch (f.role()) {
     case v1::FIELD_ROLE_IMAGE:
     case v1::FIELD_ROLE_MASK: {
-      int64_t bytes = 1;
-      for (int d : field.shape) bytes = d < 0 ? -1 : bytes * d;
+      const int64_t bytes = ShapeBytes(field.shape);
       const bool views = f.role() == v1::FIELD_ROLE_IMAGE &&
                          field.shape.size() == 5;  // (n, repeats, h, w, c)
-      if ((field.shape.size() != 4 && !views) || bytes != f.data_size()) {
+      if ((field.shape.size() != 4 && !views) || bytes < 0 ||
+          bytes != f.data_size()) {
         return absl::DataLossError(
             absl::StrCat(where, " is not (n, h, w, c) over its bytes"));
       }
@@ -65,11 +77,10 @@ absl::StatusOr<FieldBatch> CheckField(const v1::FieldData& f, int n,
     }
     case v1::FIELD_ROLE_VIDEO: {
       // (n, [clips,] frames, h, w, 3)
-      int64_t bytes = 1;
-      for (int d : field.shape) bytes = d < 0 ? -1 : bytes * d;
+      const int64_t bytes = ShapeBytes(field.shape);
       const size_t dims = field.shape.size();
       if ((dims != 5 && dims != 6) || field.shape[dims - 1] != 3 ||
-          bytes != f.data_size()) {
+          bytes < 0 || bytes != f.data_size()) {
         return absl::DataLossError(absl::StrCat(
             where, " is not (n, [clips,] frames, h, w, 3) over its bytes"));
       }

@@ -24,6 +24,9 @@ absl::StatusOr<std::vector<int64_t>> ClipFrames(const v1::VideoClip& clip,
                                                 int64_t video_frames,
                                                 double video_fps, int index,
                                                 int clips, uint64_t key) {
+  if (video_frames <= 0 || !(video_fps > 0)) {
+    return absl::OutOfRangeError("video without frames");
+  }
   std::vector<int64_t> frames = ClipOffsets(clip, video_fps);
   const int64_t span = frames.back() + 1;
   if (video_frames >= span) {

@@ -21,7 +21,8 @@ std::vector<int64_t> ClipOffsets(const v1::VideoClip& clip, double video_fps);
 // The source frame of each of the clip's frames, for clip `index` of
 // `clips` of a video of `video_frames` frames at `video_fps`. `key` draws
 // the random sampler's start (CounterRng). OutOfRange when the video is
-// shorter than the span under SHORT_VIDEO_SKIP.
+// shorter than the span under SHORT_VIDEO_SKIP, or has no frames. Callers
+// keep fps >= 0.01 and video_fps <= 1000 (offsets stay far from overflow).
 absl::StatusOr<std::vector<int64_t>> ClipFrames(const v1::VideoClip& clip,
                                                 int64_t video_frames,
                                                 double video_fps, int index,

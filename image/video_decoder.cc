@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 extern "C" {
@@ -58,15 +59,9 @@ double DurationTag(const AVStream* stream) {
   return hours * 3600.0 + minutes * 60.0 + seconds;
 }
 
-// FFmpeg's own log would let hostile input flood the server's stderr;
-// every failure reaches the caller as a status instead.
-void QuietFfmpegLog() {
-  static const bool quiet = [] {
-    av_log_set_level(AV_LOG_QUIET);
-    return true;
-  }();
-  (void)quiet;
-}
+// Packets read at open to find frame 0's time when the container does
+// not say it (Matroska, AVI).
+constexpr int kStartProbePackets = 32;
 
 }  // namespace
 
@@ -98,6 +93,13 @@ struct VideoDecoder::State {
   bool draining = false;
   bool ended = false;
   bool decoded_any = false;
+  // Packets were read to find the start time (rewound before decoding).
+  bool read_at_open = false;
+  // Frames received plus video packets read in this DecodeFrames call, and
+  // the most that may take; whether it fell back to decoding from frame 0.
+  int64_t work = 0;
+  int64_t max_work = 0;
+  bool fell_back = false;
 
   ~State() {
     sws_freeContext(sws);
@@ -144,9 +146,9 @@ struct VideoDecoder::State {
   }
 };
 
-VideoDecoder::VideoDecoder(const VideoLimits& limits) : limits_(limits) {
-  QuietFfmpegLog();
-}
+void QuietFfmpegLog() { av_log_set_level(AV_LOG_QUIET); }
+
+VideoDecoder::VideoDecoder(const VideoLimits& limits) : limits_(limits) {}
 
 VideoDecoder::~VideoDecoder() = default;
 
@@ -155,17 +157,41 @@ void VideoDecoder::Close() { state_.reset(); }
 int64_t VideoDecoder::kept_bytes() const {
   int64_t bytes = static_cast<int64_t>(rgb_.pixels.capacity());
   if (state_ != nullptr && state_->codec != nullptr) {
-    // 4:2:0 frames: the references, the one in flight and the one handed
-    // out.
-    const int64_t frame = int64_t{3} * info_.width * info_.height / 2;
-    bytes += frame * (std::max(state_->codec->refs, 1) + 2);
+    const AVCodecContext* codec = state_->codec;
+    int64_t frame = int64_t{3} * info_.width * info_.height / 2;  // 4:2:0
+    if (codec->pix_fmt != AV_PIX_FMT_NONE) {
+      const int size = av_image_get_buffer_size(codec->pix_fmt, info_.width,
+                                                info_.height, 1);
+      if (size > 0) frame = size;
+    }
+    // The references each codec may keep (H.264 says how many), the
+    // reordered frames, the one in flight and the one handed out.
+    int refs = std::max(codec->refs, 1);
+    switch (codec->codec_id) {
+      case AV_CODEC_ID_HEVC:
+        refs = std::max(refs, 16);
+        break;
+      case AV_CODEC_ID_VP8:
+      case AV_CODEC_ID_VP9:
+      case AV_CODEC_ID_AV1:
+        refs = std::max(refs, 8);
+        break;
+      default:
+        break;
+    }
+    bytes += frame * (refs + codec->has_b_frames + 2);
+    bytes += static_cast<int64_t>(
+                 avformat_index_get_entries_count(state_->stream)) *
+             static_cast<int64_t>(sizeof(AVIndexEntry));
   }
   return bytes;
 }
 
 absl::StatusOr<VideoInfo> VideoDecoder::Open(absl::string_view bytes) {
-  state_ = std::make_unique<State>();
-  State& s = *state_;
+  // The previous video is closed; a failed open leaves none.
+  state_.reset();
+  auto fresh = std::make_unique<State>();
+  State& s = *fresh;
   s.bytes = bytes;
   auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBufferBytes));
   if (buffer == nullptr) return absl::ResourceExhaustedError("video: no memory");
@@ -198,6 +224,11 @@ absl::StatusOr<VideoInfo> VideoDecoder::Open(absl::string_view bytes) {
   if (index < 0) return Corrupt("no video stream", index);
   s.stream = s.format->streams[index];
   AVCodecParameters* par = s.stream->codecpar;
+  s.packet = av_packet_alloc();
+  s.frame = av_frame_alloc();
+  if (s.packet == nullptr || s.frame == nullptr) {
+    return absl::ResourceExhaustedError("video: no memory");
+  }
   if (std::find(std::begin(kCodecs), std::end(kCodecs), par->codec_id) ==
       std::end(kCodecs)) {
     return absl::DataLossError(absl::StrCat(
@@ -246,25 +277,54 @@ absl::StatusOr<VideoInfo> VideoDecoder::Open(absl::string_view bytes) {
   info.width = par->width;
   info.height = par->height;
   info.fps = av_q2d(rate);
-  info.start_s = s.stream->start_time == AV_NOPTS_VALUE
-                     ? 0
-                     : Seconds(s.stream->start_time, s.stream->time_base);
+  // Frame 0's time: the stream's start, else (Matroska, AVI: known only
+  // once packets are read) the smallest timestamp of its first packets,
+  // read without decoding.
+  s.start_ts = s.stream->start_time;
+  if (s.start_ts == AV_NOPTS_VALUE) {
+    s.read_at_open = true;
+    for (int i = 0; i < kStartProbePackets; ++i) {
+      if (av_read_frame(s.format, s.packet) < 0) break;
+      const int64_t pts = s.packet->pts;
+      if (s.packet->stream_index == s.stream->index && pts != AV_NOPTS_VALUE) {
+        s.start_ts = s.start_ts == AV_NOPTS_VALUE ? pts
+                                                  : std::min(s.start_ts, pts);
+      }
+      av_packet_unref(s.packet);
+    }
+    if (s.start_ts == AV_NOPTS_VALUE) s.start_ts = 0;
+  }
+  info.start_s = Seconds(s.start_ts, s.stream->time_base);
+  // The video's length: the stream's duration (MP4), else its end time
+  // from the track's DURATION tag (Matroska) or the file's end, less its
+  // start.
   if (s.stream->duration != AV_NOPTS_VALUE && s.stream->duration > 0) {
     info.duration_s = Seconds(s.stream->duration, s.stream->time_base);
-  } else if (const double tagged = DurationTag(s.stream); tagged > 0) {
-    info.duration_s = tagged;
+  } else if (const double end = DurationTag(s.stream); end > 0) {
+    info.duration_s = end - info.start_s;
   } else if (s.format->duration != AV_NOPTS_VALUE && s.format->duration > 0) {
     // The longest stream's: another stream may outlast the video.
-    info.duration_s = static_cast<double>(s.format->duration) / AV_TIME_BASE;
+    double end = static_cast<double>(s.format->duration) / AV_TIME_BASE;
+    if (s.format->start_time != AV_NOPTS_VALUE) {
+      end += static_cast<double>(s.format->start_time) / AV_TIME_BASE;
+    }
+    info.duration_s = end - info.start_s;
   }
   if (!(info.duration_s <= limits_.max_duration_s)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("video: ", info.duration_s, " s long, over the limit of ",
                      limits_.max_duration_s, " s"));
   }
+  // The container's count may include samples an MP4 edit list drops; an
+  // edit list may also end in part of a frame, which is not shown.
+  const int64_t by_length =
+      info.duration_s > 0
+          ? static_cast<int64_t>(std::floor(info.duration_s * info.fps + 1e-3))
+          : 0;
   info.frames = s.stream->nb_frames > 0
-                    ? s.stream->nb_frames
-                    : std::llround(info.duration_s * info.fps);
+                    ? (by_length > 0 ? std::min(s.stream->nb_frames, by_length)
+                                     : s.stream->nb_frames)
+                    : by_length;
   if (info.frames > limits_.max_frames) {
     return absl::ResourceExhaustedError(
         absl::StrCat("video: ", info.frames, " frames, over the limit of ",
@@ -293,22 +353,17 @@ absl::StatusOr<VideoInfo> VideoDecoder::Open(absl::string_view bytes) {
   if (int r = avcodec_open2(s.codec, decoder, nullptr); r < 0) {
     return Corrupt("the decoder refused the stream", r);
   }
-  s.packet = av_packet_alloc();
-  s.frame = av_frame_alloc();
-  if (s.packet == nullptr || s.frame == nullptr) {
-    return absl::ResourceExhaustedError("video: no memory");
-  }
-  if (avformat_index_get_entries_count(s.stream) == 0) {
-    // Matroska reads its index (cues) at the first seek: seek to the start
-    // so that later clips can skip ahead.
-    av_seek_frame(s.format, s.stream->index,
-                  s.stream->start_time == AV_NOPTS_VALUE ? 0
-                                                         : s.stream->start_time,
-                  AVSEEK_FLAG_BACKWARD);
-    avcodec_flush_buffers(s.codec);
+  if (s.read_at_open || avformat_index_get_entries_count(s.stream) == 0) {
+    // Back to frame 0 after the packets read above; Matroska also reads
+    // its index (cues) at its first seek, so later clips can skip ahead.
+    if (int r = av_seek_frame(s.format, s.stream->index, s.start_ts,
+                              AVSEEK_FLAG_BACKWARD);
+        r < 0 && s.read_at_open) {
+      return Corrupt("seek to the first frame failed", r);
+    }
   }
   s.rate = rate;
-  s.start_ts = s.stream->start_time == AV_NOPTS_VALUE ? 0 : s.stream->start_time;
+  state_ = std::move(fresh);
   info_ = info;
   return info;
 }
@@ -361,11 +416,23 @@ absl::Status VideoDecoder::Advance(int64_t target) {
     if (absl::Status st = ReceiveUntil(target); !st.ok()) return st;
     // A seek that went past the target (an index that lied): decode from
     // the start instead.
-    if (!sought || !s.have_frame || s.frame_index <= target || attempt > 0) {
+    if (!sought || !s.have_frame || s.frame_index <= target || attempt > 0 ||
+        s.fell_back) {
       return absl::OkStatus();
     }
+    s.fell_back = true;
     if (absl::Status st = Seek(s.start_ts); !st.ok()) return st;
   }
+}
+
+absl::Status VideoDecoder::CountWork() {
+  State& s = *state_;
+  if (++s.work > s.max_work) {
+    return absl::DataLossError(absl::StrCat(
+        "video: the stream holds more than the ", info_.frames,
+        " frames its header says"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VideoDecoder::ReceiveUntil(int64_t target) {
@@ -374,6 +441,7 @@ absl::Status VideoDecoder::ReceiveUntil(int64_t target) {
     s.have_frame = false;
     const int r = avcodec_receive_frame(s.codec, s.frame);
     if (r == 0) {
+      if (absl::Status st = CountWork(); !st.ok()) return st;
       ++frames_decoded_;
       s.decoded_any = true;
       if (s.frame->decode_error_flags != 0 ||
@@ -413,6 +481,10 @@ absl::Status VideoDecoder::ReceiveUntil(int64_t target) {
     }
     if (read < 0) return Corrupt("the container does not read", read);
     if (s.packet->stream_index == s.stream->index) {
+      if (absl::Status st = CountWork(); !st.ok()) {
+        av_packet_unref(s.packet);
+        return st;
+      }
       const int64_t dts = s.packet->dts != AV_NOPTS_VALUE ? s.packet->dts
                                                           : s.packet->pts;
       if (dts != AV_NOPTS_VALUE) s.fed_dts = std::max(s.fed_dts, dts);
@@ -430,9 +502,8 @@ absl::Status VideoDecoder::ReceiveUntil(int64_t target) {
       s.codec->skip_frame = shown_wanted ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
       const int e = avcodec_send_packet(s.codec, s.packet);
       av_packet_unref(s.packet);
-      if (e < 0 && e != AVERROR(EAGAIN)) {
-        return Corrupt("the stream does not decode", e);
-      }
+      // EAGAIN too: the decoder had asked for input.
+      if (e < 0) return Corrupt("the stream does not decode", e);
     } else {
       av_packet_unref(s.packet);
     }
@@ -447,6 +518,13 @@ absl::Status VideoDecoder::DecodeFrames(absl::Span<const int64_t> wanted,
   }
   State& s = *state_;
   s.wanted = wanted;
+  absl::Cleanup forget = [&s] { s.wanted = {}; };
+  // Each frame at most twice (one fall-back decode from frame 0) plus the
+  // reorder delay: a stream with more frames than its header says, or
+  // timestamps that never reach the target, cannot take unbounded work.
+  s.work = 0;
+  s.max_work = 6 * (info_.frames + 64);
+  s.fell_back = false;
   for (size_t k = 0; k < wanted.size(); ++k) {
     const int64_t target = wanted[k];
     if (target < 0 || target >= info_.frames ||
@@ -493,7 +571,6 @@ absl::Status VideoDecoder::DecodeFrames(absl::Span<const int64_t> wanted,
       return st;
     }
   }
-  s.wanted = {};
   return absl::OkStatus();
 }
 

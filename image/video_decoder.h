@@ -25,7 +25,9 @@
 // call PyAV's frame.to_ndarray(format="rgb24") makes, so frames equal
 // PyAV's byte for byte.
 //
-// One per worker thread; not thread-safe.
+// One per worker thread; not thread-safe. FFmpeg logs to stderr unless
+// the program calls QuietFfmpegLog() (the server does: hostile input could
+// flood it; every failure reaches the caller as a status anyway).
 
 #include <cstdint>
 #include <functional>
@@ -51,6 +53,9 @@ struct VideoLimits {
   // Streams of any kind in the container.
   int max_streams = 16;
 };
+
+// Sets FFmpeg's process-wide log level to quiet. Call from main.
+void QuietFfmpegLog();
 
 struct VideoInfo {
   int width = 0;
@@ -112,6 +117,9 @@ class VideoDecoder {
   // Seeks to the keyframe at or before `ts` (stream time base) and resets
   // the decoder.
   absl::Status Seek(int64_t ts);
+  // Counts a frame received or a video packet read against the call's
+  // bound; DataLoss past it.
+  absl::Status CountWork();
 
   VideoLimits limits_;
   std::unique_ptr<State> state_;

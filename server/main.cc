@@ -37,6 +37,7 @@
 #include "image/image_probe.h"
 #include "image/ops/plugin.h"
 #include "image/ops/python_op.h"
+#include "image/video_decoder.h"
 #include "server/python_ops/python_metrics.h"
 #include "server/python_ops/python_workers.h"
 #include "server/metrics_exporter.h"
@@ -459,6 +460,9 @@ absl::Status ReadBehaviour(Config* config) {
   }
   config->service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   config->service.processor.dct_scaling = absl::GetFlag(FLAGS_dct_scaling);
+  // Video fields report every FFmpeg failure as a bad sample; its own log
+  // would let hostile videos flood stderr.
+  stoker::image::QuietFfmpegLog();
   config->service.processor.max_image_pixels =
       absl::GetFlag(FLAGS_max_image_pixels);
   if (config->service.processor.max_image_pixels < 1) {

@@ -164,9 +164,9 @@ absl::Status PlaceVideoField(
         absl::StrCat(where, ": stride must be 1..", kMaxClipStride, ", not ",
                      clip.stride()));
   }
-  if (!(clip.fps() >= 0 && clip.fps() <= 1000)) {
+  if (!(clip.fps() == 0 || (clip.fps() >= 0.01 && clip.fps() <= 1000))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": fps must be in (0, 1000] (or 0 to use the stride), not ",
+        where, ": fps must be in [0.01, 1000] (or 0 to use the stride), not ",
         clip.fps()));
   }
   if (!v1::ClipSampler_IsValid(clip.sampler()) ||

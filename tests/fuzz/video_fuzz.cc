@@ -53,7 +53,10 @@ VideoLimits Limits() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace stoker::image;  // NOLINT: one entry point
   if (size < kParamBytes) return 0;
-  static VideoDecoder* decoder = new VideoDecoder(Limits());
+  static VideoDecoder* decoder = [] {
+    QuietFfmpegLog();
+    return new VideoDecoder(Limits());
+  }();
   static SampleProcessor* processor = new SampleProcessor();
   const uint8_t* p = data;
   const absl::string_view bytes(reinterpret_cast<const char*>(data) +

@@ -33,6 +33,7 @@ import io
 import math
 import os
 import shutil
+import subprocess
 import tarfile
 import unittest
 
@@ -607,6 +608,47 @@ class VideoTest(unittest.TestCase):
         self.assert_frames_equal_pyav(
             epoch, {"with_audio": uniform_clips(50, offsets(4, stride=3), 3)},
             references={"with_audio": ref})
+
+
+    def test_cut_videos_count_from_their_first_frame(self):
+        # A segment of `ffmpeg -f segment` starts at a later time (Matroska
+        # gives its start only in its packets, its DURATION tag is an end
+        # time), and `-ss 0.5 -c copy` leaves an MP4 edit list whose sample
+        # count includes frames that are never shown.
+        work = st.temp_dir("video_cut")
+        self.addCleanup(shutil.rmtree, work, True)
+        whole = vt.encode(f"{work}/whole.mp4",
+                          vt.pan_source(f"{WORK_DIR}/b.png", WIDTH, HEIGHT,
+                                        FPS, seconds=3), vt.H264, None)
+        subprocess.run(
+            [vt.FFMPEG, "-nostdin", "-v", "error", "-y", "-i",
+             f"{work}/whole.mp4", "-c", "copy", "-f", "segment",
+             "-segment_time", "1", "-segment_format", "matroska",
+             f"{work}/seg-%d.mkv"], check=True)
+        subprocess.run(
+            [vt.FFMPEG, "-nostdin", "-v", "error", "-y", "-ss", "0.5", "-i",
+             f"{work}/whole.mp4", "-c", "copy", f"{work}/trimmed.mp4"],
+            check=True)
+        samples, references, clips = {}, {}, {}
+        for key, path, ext in (("segment", f"{work}/seg-1.mkv", "webm"),
+                               ("trimmed", f"{work}/trimmed.mp4", "mp4")):
+            with open(path, "rb") as f:
+                data = f.read()
+            references[key] = vt.decode_reference(data)
+            frames = len(references[key].frames)
+            self.assertGreater(frames, 10, key)
+            samples[key] = dict(ext=ext, label=0, data=data)
+            clips[key] = uniform_clips(frames, offsets(4, stride=3), 3)
+        self.assertGreater(references["segment"].times[0], 0.5)
+        self.assertLess(len(references["trimmed"].frames),
+                        len(vt.decode_reference(whole).frames))
+        write_shard(f"{work}/cut-00.tar", samples)
+        server = start_server(f"{work}/cut-*.tar")
+        self.addCleanup(stop_server, server)
+        with make_loader(server, UNIFORM) as loader:
+            epoch = Epoch(loader)
+        self.assertEqual(epoch.skipped, {})
+        self.assert_frames_equal_pyav(epoch, clips, references=references)
 
 
 if __name__ == "__main__":
