@@ -16,6 +16,8 @@ extern "C" {
 #include <libavutil/dict.h>
 #include <libavutil/error.h>
 #include <libavutil/imgutils.h>
+#include <libavutil/log.h>
+#include <libavutil/mem.h>
 #include <libswscale/swscale.h>
 }
 
@@ -146,7 +148,10 @@ struct VideoDecoder::State {
   }
 };
 
-void QuietFfmpegLog() { av_log_set_level(AV_LOG_QUIET); }
+void ConfigureFfmpeg() {
+  av_log_set_level(AV_LOG_QUIET);
+  av_max_alloc(kMaxFfmpegAllocation);
+}
 
 VideoDecoder::VideoDecoder(const VideoLimits& limits) : limits_(limits) {}
 

@@ -25,10 +25,10 @@
 // call PyAV's frame.to_ndarray(format="rgb24") makes, so frames equal
 // PyAV's byte for byte.
 //
-// One per worker thread; not thread-safe. FFmpeg logs to stderr unless
-// the program calls QuietFfmpegLog() (the server does: hostile input could
-// flood it; every failure reaches the caller as a status anyway).
+// One per worker thread; not thread-safe. Programs that decode untrusted
+// videos call ConfigureFfmpeg() first (the server does).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,8 +54,14 @@ struct VideoLimits {
   int max_streams = 16;
 };
 
-// Sets FFmpeg's process-wide log level to quiet. Call from main.
-void QuietFfmpegLog();
+// FFmpeg's process-wide settings for untrusted input, from main: its log
+// is silenced (hostile videos could flood stderr; every failure reaches
+// the caller as a status anyway), and no single allocation of FFmpeg's may
+// exceed kMaxFfmpegAllocation (a tiny MP4 header can ask its demuxer for
+// gigabytes of sample tables before any limit here is checked; the
+// demuxer then fails, a bad sample).
+inline constexpr size_t kMaxFfmpegAllocation = size_t{256} << 20;
+void ConfigureFfmpeg();
 
 struct VideoInfo {
   int width = 0;

@@ -460,9 +460,8 @@ absl::Status ReadBehaviour(Config* config) {
   }
   config->service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   config->service.processor.dct_scaling = absl::GetFlag(FLAGS_dct_scaling);
-  // Video fields report every FFmpeg failure as a bad sample; its own log
-  // would let hostile videos flood stderr.
-  stoker::image::QuietFfmpegLog();
+  // Video fields decode untrusted bytes (image/video_decoder.h).
+  stoker::image::ConfigureFfmpeg();
   config->service.processor.max_image_pixels =
       absl::GetFlag(FLAGS_max_image_pixels);
   if (config->service.processor.max_image_pixels < 1) {

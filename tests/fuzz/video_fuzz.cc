@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace stoker::image;  // NOLINT: one entry point
   if (size < kParamBytes) return 0;
   static VideoDecoder* decoder = [] {
-    QuietFfmpegLog();
+    ConfigureFfmpeg();
     return new VideoDecoder(Limits());
   }();
   static SampleProcessor* processor = new SampleProcessor();
