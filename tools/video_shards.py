@@ -47,8 +47,8 @@ import tarfile
 import tempfile
 import time
 
-# Beside this script: the photo corpus writer's member helper.
-from photo_shards import add_member
+# Beside this script: the photo corpus writer's helpers.
+from photo_shards import add_member, source_photos
 
 DEFAULT_PHOTOS = "/usr/share/backgrounds/mate/nature"
 # Frame sizes (width, height): 4:3 and 16:9 from 240p to 480p.
@@ -69,15 +69,6 @@ CODECS = {
                      "-cpu-used", "8", "-crf", "32", "-b:v", "0",
                      "-row-mt", "0", "-f", "webm"]),
 }
-
-
-def source_photos(directory):
-    paths = []
-    for root, _, names in os.walk(directory):
-        for name in names:
-            if name.lower().endswith((".jpg", ".jpeg", ".png")):
-                paths.append(os.path.join(root, name))
-    return sorted(paths)
 
 
 def clip_plan(index, args, num_photos):
