@@ -83,8 +83,9 @@ struct VideoDecoder::State {
   bool have_frame = false;
   int64_t frame_index = -1;
   double frame_time_s = 0;  // its presentation time
-  // Index after the last frame received (0: nothing since open or seek).
-  int64_t next = 0;
+  // Index of the frame received before the current one (-1: none since
+  // open or seek), for the message about a missing frame.
+  int64_t previous_index = -1;
   // The frames DecodeFrames is after (ascending): a packet shown at none
   // of them may skip decoding when no other frame refers to it.
   absl::Span<const int64_t> wanted;
@@ -384,7 +385,8 @@ absl::Status VideoDecoder::Seek(int64_t ts) {
   s.have_frame = false;
   s.draining = false;
   s.ended = false;
-  s.next = 0;
+  s.frame_index = -1;
+  s.previous_index = -1;
   s.fed_dts = INT64_MIN;
   return absl::OkStatus();
 }
@@ -463,10 +465,10 @@ absl::Status VideoDecoder::ReceiveUntil(int64_t target) {
       if (ts == AV_NOPTS_VALUE) {
         return absl::DataLossError("video: a frame without a timestamp");
       }
+      s.previous_index = s.frame_index;
       s.frame_time_s = Seconds(ts, s.stream->time_base);
       s.frame_index =
           std::llround((s.frame_time_s - info_.start_s) * info_.fps);
-      s.next = s.frame_index + 1;
       s.have_frame = true;
       continue;
     }
@@ -546,9 +548,12 @@ absl::Status VideoDecoder::DecodeFrames(absl::Span<const int64_t> wanted,
     }
     if (s.frame_index != target) {
       return absl::DataLossError(absl::StrCat(
-          "video: frame ", target, " is missing (the stream goes from frame ",
-          s.next - 1 == s.frame_index ? target - 1 : s.next - 1, " to ",
-          s.frame_index, ")"));
+          "video: frame ", target, " is missing (the stream ",
+          s.previous_index < 0
+              ? absl::StrCat("starts at frame ", s.frame_index)
+              : absl::StrCat("goes from frame ", s.previous_index, " to ",
+                             s.frame_index),
+          ")"));
     }
     // RGB, tightly packed.
     rgb_.width = rgb_.full_width = info_.width;

@@ -376,6 +376,13 @@ void PlanViews(const FieldLayout& layout, const image::ImageInfo& info,
   }
 }
 
+// `status` with the field's name in front.
+absl::Status Prefixed(const FieldLayout::Field& field,
+                      const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("field '", field.spec.name(),
+                                                  "': ", status.message()));
+}
+
 // Decodes the mask fields for warping with the image (a missing one is
 // filled with its fill value now).
 absl::Status DecodeMasks(const FieldLayout& layout,
@@ -398,8 +405,7 @@ absl::Status DecodeMasks(const FieldLayout& layout,
             image::DecodeMask(scratch.members[i], field.spec.channels(),
                               layout.max_image_pixels, &mask);
         !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("field '", field.spec.name(),
-                                                 "': ", s.message()));
+      return Prefixed(field, s);
     }
     masks->push_back({&mask, static_cast<uint8_t>(field.spec.fill()), dst});
   }
@@ -442,12 +448,6 @@ absl::Status WriteValueFields(const FieldLayout& layout,
     }
   }
   return absl::OkStatus();
-}
-
-absl::Status Prefixed(const FieldLayout::Field& field,
-                      const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat("field '", field.spec.name(),
-                                                  "': ", status.message()));
 }
 
 // Decodes the video field's clips into its fixed slot: each clip's frames
